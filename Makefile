@@ -1,0 +1,42 @@
+# The two set-up commands: `make run` starts the product, `make test` runs every check.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint typecheck pytest services bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Reinstall only when a requirements file changes.
+$(VENV)/.runtime-installed: requirements.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@ $(VENV)/.runtime-installed
+
+run: $(VENV)/.runtime-installed
+	$(BIN)/python manage.py up
+
+services:
+	scripts/ensure-services.sh
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+
+typecheck: $(VENV)/.dev-installed
+	$(BIN)/mypy .
+
+pytest: $(VENV)/.dev-installed services
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.dev-installed services
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,1 @@
+"""The agent registry: a DRF service whose every credential resolves to one workspace."""

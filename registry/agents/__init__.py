@@ -1,0 +1,1 @@
+"""Agents: versioned definitions of model, system prompt, tools, MCP servers and skills."""

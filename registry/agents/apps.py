@@ -1,0 +1,8 @@
+"""App config for agents."""
+
+from django.apps import AppConfig
+
+
+class AgentsConfig(AppConfig):
+    name = "registry.agents"
+    label = "agents"

@@ -1,0 +1,200 @@
+"""Validation of agent definitions (the fields of the reference client's agent type) and their output."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rest_framework import serializers
+
+from registry.core.fields import JsonSchemaObjectField, MetadataField, StrictSerializer, TaggedUnionField
+
+BUILT_IN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
+EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
+PERMISSION_POLICIES = ("always_allow", "always_ask", "auto")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+MAX_TOOLS = 256
+MAX_MCP_SERVERS = 20
+DEFAULT_EFFORT = "high"
+
+
+class PermissionPolicySerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=PERMISSION_POLICIES)
+
+
+class ToolsetDefaultConfigSerializer(StrictSerializer):
+    enabled = serializers.BooleanField(required=False, allow_null=True)
+    permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
+
+
+class BuiltInToolConfigSerializer(StrictSerializer):
+    """One built-in tool's configuration; web tools carry their extra settings through."""
+
+    name = serializers.ChoiceField(choices=BUILT_IN_TOOLS)
+    type = serializers.ChoiceField(choices=BUILT_IN_TOOLS, required=False)
+    enabled = serializers.BooleanField(required=False, allow_null=True)
+    permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
+    allowed_domains = serializers.ListField(child=serializers.CharField(), required=False, min_length=1, max_length=64)
+    blocked_domains = serializers.ListField(child=serializers.CharField(), required=False, min_length=1, max_length=64)
+    max_content_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    max_uses = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    url_sources = serializers.JSONField(required=False, allow_null=True)
+    user_location = serializers.JSONField(required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("type", attrs["name"]) != attrs["name"]:
+            raise serializers.ValidationError({"type": ["must equal name."]})
+        return attrs
+
+
+class McpToolConfigSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=256)
+    enabled = serializers.BooleanField(required=False, allow_null=True)
+    permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
+
+
+class AgentToolsetSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["agent_toolset_20260401"])
+    configs = BuiltInToolConfigSerializer(many=True, required=False)
+    default_config = ToolsetDefaultConfigSerializer(required=False, allow_null=True)
+
+
+class McpToolsetSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["mcp_toolset"])
+    mcp_server_name = serializers.CharField(max_length=255)
+    configs = McpToolConfigSerializer(many=True, required=False)
+    default_config = ToolsetDefaultConfigSerializer(required=False, allow_null=True)
+
+
+class CustomToolSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["custom"])
+    name = serializers.RegexField(TOOL_NAME, error_messages={"invalid": "1-128 letters, digits, '_' or '-'."})
+    description = serializers.CharField(max_length=4096)
+    input_schema = JsonSchemaObjectField()
+
+
+class McpServerSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["url"])
+    name = serializers.CharField(min_length=1, max_length=255)
+    url = serializers.URLField(max_length=2048)
+
+
+class SkillReferenceSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["anthropic", "custom"])
+    skill_id = serializers.CharField(max_length=255)
+    version = serializers.CharField(max_length=64, required=False, allow_null=True)
+
+
+class ServiceAccountIdentitySerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["service_account"])
+
+
+class AwsRoleIdentitySerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["aws_role"])
+    role_arn = serializers.RegexField(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$", max_length=2048)
+
+
+class ModelConfigSerializer(StrictSerializer):
+    id = serializers.CharField(min_length=1, max_length=256)
+    effort = serializers.JSONField(required=False, allow_null=True)
+    inference_geo = serializers.CharField(max_length=64, required=False, allow_null=True)
+    speed = serializers.ChoiceField(choices=["standard", "fast"], required=False, allow_null=True)
+
+    def validate_effort(self, value: Any) -> Any:
+        level = value.get("type") if isinstance(value, dict) else value
+        if value is not None and (level not in EFFORT_LEVELS or (isinstance(value, dict) and len(value) != 1)):
+            raise serializers.ValidationError(f"must be one of {list(EFFORT_LEVELS)} or {{'type': <level>}}.")
+        return level
+
+
+class ModelField(serializers.Field):  # type: ignore[type-arg]
+    """`model`: a model id string, or `{id, effort, inference_geo, speed}`; stored as the object."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, str):
+            data = {"id": data}
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("must be a model id string or a model config object.")
+        config = ModelConfigSerializer(data=data)
+        config.is_valid(raise_exception=True)
+        values = config.validated_data
+        return {
+            "id": values["id"],
+            "effort": {"type": values.get("effort") or DEFAULT_EFFORT},
+            "inference_geo": values.get("inference_geo"),
+            "speed": values.get("speed") or "standard",
+        }
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+TOOL_KINDS = {
+    "agent_toolset_20260401": AgentToolsetSerializer,
+    "mcp_toolset": McpToolsetSerializer,
+    "custom": CustomToolSerializer,
+}
+IDENTITY_KINDS = {"service_account": ServiceAccountIdentitySerializer, "aws_role": AwsRoleIdentitySerializer}
+
+
+class AgentWriteSerializer(StrictSerializer):
+    """The body of create (`partial=False`) and update (`partial=True`)."""
+
+    name = serializers.CharField(min_length=1, max_length=256)
+    model = ModelField()
+    description = serializers.CharField(max_length=2048, required=False, allow_null=True, allow_blank=True)
+    system = serializers.CharField(
+        max_length=100_000, required=False, allow_null=True, allow_blank=True, trim_whitespace=False
+    )
+    tools = serializers.ListField(
+        child=TaggedUnionField(TOOL_KINDS, component_name="AgentTool"),
+        required=False,
+        allow_null=True,
+        max_length=MAX_TOOLS,
+    )
+    mcp_servers = McpServerSerializer(many=True, required=False, allow_null=True, max_length=MAX_MCP_SERVERS)
+    skills = SkillReferenceSerializer(many=True, required=False, allow_null=True)
+    metadata = MetadataField(required=False)
+    execution_identity = TaggedUnionField(
+        IDENTITY_KINDS, component_name="ExecutionIdentity", required=False, allow_null=True
+    )
+    multiagent = serializers.JSONField(required=False, allow_null=True)
+    version = serializers.IntegerField(required=False, min_value=1)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.partial:
+            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
+        else:
+            self.fields.pop("version")
+
+    def validate_multiagent(self, value: Any) -> Any:
+        if value is not None and not (isinstance(value, dict) and isinstance(value.get("type"), str)):
+            raise serializers.ValidationError("must be an object with a 'type'.")
+        return value
+
+
+class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The agent object of the reference client (documentation of the response; rendering is `render_agent`)."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["agent"])
+    version = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_null=True)
+    model = ModelConfigSerializer()
+    system = serializers.CharField(allow_null=True)
+    tools = serializers.ListField(child=TaggedUnionField(TOOL_KINDS, component_name="AgentTool"))
+    mcp_servers = McpServerSerializer(many=True)
+    skills = SkillReferenceSerializer(many=True)
+    metadata = serializers.DictField(child=serializers.CharField())
+    execution_identity = TaggedUnionField(IDENTITY_KINDS, component_name="ExecutionIdentity")
+    multiagent = serializers.JSONField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+
+
+class AgentListSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    data = AgentSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)

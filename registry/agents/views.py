@@ -1,0 +1,80 @@
+"""Agent endpoints: create, retrieve (`?version=N`), update (new version), list, versions, archive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from registry.agents import selectors, services
+from registry.agents.filters import AgentFilter
+from registry.agents.models import Agent
+from registry.agents.serializers import AgentListSerializer, AgentSerializer, AgentWriteSerializer
+from registry.core.errors import invalid_request
+from registry.core.openapi import LIST_PARAMETERS
+from registry.core.pagination import KeysetPagination
+from registry.core.views import WorkspaceViewSet
+
+VERSION_PARAMETER = OpenApiParameter("version", OpenApiTypes.INT, description="Read this version of the agent.")
+
+
+@extend_schema_view(
+    create=extend_schema(request=AgentWriteSerializer, responses=AgentSerializer),
+    partial_update=extend_schema(request=AgentWriteSerializer, responses=AgentSerializer),
+    retrieve=extend_schema(parameters=[VERSION_PARAMETER], responses=AgentSerializer),
+    list=extend_schema(parameters=LIST_PARAMETERS, responses=AgentListSerializer),
+    archive=extend_schema(request=None, responses=AgentSerializer),
+)
+class AgentViewSet(WorkspaceViewSet):
+    model = Agent
+    resource_type = "agent"
+    render_object = staticmethod(selectors.render_agent)
+    serializer_class = AgentSerializer
+    filterset_class = AgentFilter
+
+    def create(self, request: Request) -> Response:
+        body = AgentWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        agent = services.agent_create(workspace=self.principal.workspace, values=dict(body.validated_data))
+        return Response(self.render(agent))
+
+    def partial_update(self, request: Request, id: str) -> Response:
+        agent = self.get_object()
+        body = AgentWriteSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        return Response(self.render(services.agent_update(agent=agent, values=dict(body.validated_data))))
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        agent = self.get_object()
+        raw_version = request.query_params.get("version")
+        if raw_version in (None, ""):
+            return Response(self.render(agent))
+        if not raw_version.isdigit() or int(raw_version) < 1:
+            raise invalid_request("version: must be a positive integer.")
+        version = selectors.agent_version_get(agent=agent, version=int(raw_version))
+        return Response(selectors.render_agent(agent, version))
+
+
+class AgentVersionViewSet(WorkspaceViewSet):
+    """`GET /v1/agents/{id}/versions`: every version of one agent, newest first."""
+
+    model = Agent
+    resource_type = "agent"
+    archivable = False
+    pagination = KeysetPagination(keys=("version",))
+
+    @extend_schema(
+        parameters=LIST_PARAMETERS[:3],
+        responses=inline_serializer(
+            "AgentVersionList",
+            {"data": AgentSerializer(many=True), "next_page": serializers.CharField(allow_null=True)},
+        ),
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        agent = self.get_object()
+        rows, links = self.pagination.paginate(selectors.agent_versions(agent=agent), request)
+        return KeysetPagination.response([selectors.render_agent(agent, version) for version in rows], links)

@@ -1,0 +1,1 @@
+"""registry.core has no admin pages: idempotency keys are internal bookkeeping."""

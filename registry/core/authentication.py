@@ -1,0 +1,76 @@
+"""DRF authentication: `x-api-key` decides alone when present; otherwise an OIDC Bearer token.
+
+Both resolve to a `Principal` bound to exactly one workspace (interface.md, Authentication 1-3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mozilla_django_oidc.contrib.drf import OIDCAuthentication
+from requests.exceptions import RequestException
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from registry.workspaces.models import Workspace
+from registry.workspaces.selectors import api_key_for_plaintext
+from registry.workspaces.services import api_key_mark_used
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: one workspace, and how it proved it."""
+
+    workspace: Workspace
+    credential_kind: str  # "api_key" or "oidc"
+    subject: str
+
+    is_authenticated = True
+
+    @property
+    def workspace_id(self) -> str:
+        return str(self.workspace.pk)
+
+
+class WorkspaceAuthentication(authentication.BaseAuthentication):
+    """Resolve `x-api-key` or `Authorization: Bearer` to a Principal; failure is final."""
+
+    def authenticate(self, request: Request) -> tuple[Principal, Any] | None:
+        api_key_header = request.META.get("HTTP_X_API_KEY")
+        if api_key_header is not None:
+            return self._authenticate_api_key(api_key_header)
+        return self._authenticate_bearer(request)
+
+    @staticmethod
+    def _authenticate_api_key(plaintext: str) -> tuple[Principal, Any]:
+        api_key = api_key_for_plaintext(plaintext.strip()) if plaintext.strip() else None
+        if api_key is None:
+            raise exceptions.AuthenticationFailed("Invalid API key.")
+        api_key_mark_used(api_key=api_key)
+        return Principal(api_key.workspace, "api_key", api_key.display_prefix), api_key
+
+    @staticmethod
+    def _authenticate_bearer(request: Request) -> tuple[Principal, Any] | None:
+        oidc = OIDCAuthentication()
+        token = oidc.get_access_token(request)
+        if token is None:
+            return None
+        try:
+            result = oidc.authenticate(request)
+        except RequestException as error:
+            raise exceptions.AuthenticationFailed("The access token could not be validated.") from error
+        if result is None:
+            return None
+        membership, _ = result
+        return Principal(membership.workspace, "oidc", membership.subject), None
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="api"'
+
+
+class IsWorkspaceMember(permissions.BasePermission):
+    """Every registry operation needs a principal; its workspace bounds what it sees."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, Principal)

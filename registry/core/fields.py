@@ -1,0 +1,115 @@
+"""Serializer fields shared by the registry apps: tagged unions, metadata maps, JSON Schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from rest_framework import serializers
+
+METADATA_MAX_PAIRS = 16
+METADATA_KEY_MAX = 64
+METADATA_VALUE_MAX = 512
+
+
+class TaggedUnionField(serializers.Field):  # type: ignore[type-arg]
+    """An object whose `type` picks the serializer that validates it."""
+
+    def __init__(self, choices: dict[str, type[serializers.Serializer]], **kwargs: Any) -> None:  # type: ignore[type-arg]
+        self.choices = choices
+        component_name = kwargs.pop("component_name", None) or "Union" + "".join(c.__name__ for c in choices.values())
+        super().__init__(**kwargs)
+        extend_schema_field(
+            PolymorphicProxySerializer(
+                component_name=component_name,
+                serializers=list(choices.values()),
+                resource_type_field_name="type",
+            )
+        )(self)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("must be an object.")
+        kind = data.get("type")
+        serializer_class = self.choices.get(kind) if isinstance(kind, str) else None
+        if serializer_class is None:
+            raise serializers.ValidationError({"type": [f"must be one of {sorted(self.choices)}."]})
+        serializer = serializer_class(data=data, context=self.context)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A serializer that refuses fields it does not know, naming them."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class MetadataField(serializers.DictField):  # type: ignore[type-arg]
+    """`metadata`: at most 16 string pairs; keys up to 64, values up to 512 characters.
+
+    With `allow_null_values` (updates), a null value deletes its key.
+    """
+
+    def __init__(self, *, allow_null_values: bool = False, **kwargs: Any) -> None:
+        self.allow_null_values = allow_null_values
+        super().__init__(
+            child=serializers.CharField(
+                allow_blank=True, allow_null=allow_null_values, max_length=METADATA_VALUE_MAX, trim_whitespace=False
+            ),
+            **kwargs,
+        )
+
+    def to_internal_value(self, data: Any) -> dict[str, str | None]:
+        value: dict[str, str | None] = super().to_internal_value(data)
+        if len(value) > METADATA_MAX_PAIRS:
+            raise serializers.ValidationError(f"at most {METADATA_MAX_PAIRS} pairs.")
+        too_long = [key for key in value if not 1 <= len(key) <= METADATA_KEY_MAX]
+        if too_long:
+            raise serializers.ValidationError(f"keys must be 1 to {METADATA_KEY_MAX} characters.")
+        return value
+
+
+def merge_metadata(current: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """Apply a metadata patch: a string upserts its key, null removes it."""
+    merged = dict(current)
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    if len(merged) > METADATA_MAX_PAIRS:
+        raise serializers.ValidationError({"metadata": [f"at most {METADATA_MAX_PAIRS} pairs."]})
+    return merged
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": True,
+        "properties": {"type": {"type": "string", "enum": ["object"]}},
+        "required": ["type"],
+    }
+)
+class JsonSchemaObjectField(serializers.JSONField):
+    """A JSON Schema describing an object: `type: object`, and valid against the metaschema."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict) or value.get("type") != "object":
+            raise serializers.ValidationError('must be a JSON Schema object with "type": "object".')
+        try:
+            jsonschema.validators.validator_for(value, default=jsonschema.Draft202012Validator).check_schema(value)
+        except jsonschema.SchemaError as error:
+            where = "/".join(str(part) for part in error.absolute_path) or "(root)"
+            raise serializers.ValidationError(f"is not a valid JSON Schema at {where}: {error.message}") from error
+        return value

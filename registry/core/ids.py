@@ -1,0 +1,78 @@
+"""Public identifiers: `<prefix>_<24 base62 characters from a CSPRNG>`, and their path patterns."""
+
+from __future__ import annotations
+
+import secrets
+import string
+
+from django.db import models
+from django.urls import register_converter
+from django.utils.deconstruct import deconstructible
+
+ALPHABET = string.ascii_letters + string.digits
+RANDOM_LENGTH = 24
+
+# Every public prefix of decisions.md; a path id must match `^<prefix>_[A-Za-z0-9_-]+$`.
+PREFIXES = (
+    "agent",
+    "sesn",
+    "sevt",
+    "env",
+    "file",
+    "mems",
+    "mem",
+    "memver",
+    "skill",
+    "vlt",
+    "vcrd",
+    "gitcred",
+    "trg",
+    "wsp",
+    "req",
+)
+
+
+def new_id(prefix: str) -> str:
+    """Return a fresh unguessable id with the given prefix."""
+    return f"{prefix}_" + "".join(secrets.choice(ALPHABET) for _ in range(RANDOM_LENGTH))
+
+
+@deconstructible
+class IdFactory:
+    """Callable default producing ids of one prefix (deconstructible, so migrations can name it)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __call__(self) -> str:
+        return new_id(self.prefix)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdFactory) and other.prefix == self.prefix
+
+    def __hash__(self) -> int:
+        return hash(self.prefix)
+
+
+def public_id_field(prefix: str) -> models.CharField:
+    """Primary key holding a prefixed public id, generated on insert."""
+    return models.CharField(primary_key=True, max_length=64, editable=False, default=IdFactory(prefix))
+
+
+class _PrefixedIdConverter:
+    """URL converter: a path segment matches only ids of its own prefix, anything else is a 404."""
+
+    regex = ""
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+def register_id_converters() -> None:
+    """Register one converter per prefix, named `<prefix>_id` (for example `<agent_id:agent_id>`)."""
+    for prefix in PREFIXES:
+        converter = type(f"{prefix.title()}IdConverter", (_PrefixedIdConverter,), {"regex": f"{prefix}_[A-Za-z0-9_-]+"})
+        register_converter(converter, f"{prefix}_id")

@@ -1,0 +1,116 @@
+"""The tenancy base viewset every registry resource uses: workspace scoping, lists, archive, delete,
+idempotency keys and error rendering are written here once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from django.db import models
+from rest_framework import viewsets
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from registry.core import idempotency
+from registry.core.authentication import Principal
+from registry.core.errors import invalid_request, not_found
+from registry.core.pagination import KeysetPagination
+from registry.core.services import resource_archive
+
+
+def parse_bool(raw: str | None, name: str) -> bool:
+    if raw in (None, ""):
+        return False
+    lowered = raw.lower()
+    if lowered not in ("true", "false", "1", "0"):
+        raise invalid_request(f"{name}: must be true or false.")
+    return lowered in ("true", "1")
+
+
+class WorkspaceViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Base for every workspace-owned resource.
+
+    Subclasses set `model`, `resource_type` (for example "agent") and the serializers, and
+    implement `create`, `partial_update` through their app's services.
+    """
+
+    model: ClassVar[type[models.Model]]
+    resource_type: ClassVar[str]
+    render_object: ClassVar[Callable[[Any], Any]]
+    lookup_field = "id"
+    lookup_url_kwarg = "id"
+    pagination = KeysetPagination()
+    archivable = True
+
+    # -- request lifecycle: idempotency keys wrap every POST -------------------------------
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        self.idempotency_claim = None
+        if request.method == "POST":
+            self.idempotency_claim = idempotency.claim(request, self.principal.workspace_id)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, idempotency.IdempotentReplay):
+            return exc.response
+        return super().handle_exception(exc)
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        claim = getattr(self, "idempotency_claim", None)
+        if claim is not None and isinstance(response, Response):
+            idempotency.record(claim, response)
+        return response
+
+    # -- tenancy ---------------------------------------------------------------------------
+    @property
+    def principal(self) -> Principal:
+        user = self.request.user
+        assert isinstance(user, Principal)
+        return user
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return self.model.objects.filter(workspace_id=self.principal.workspace_id)
+
+    def get_object(self) -> Any:
+        instance = self.get_queryset().filter(pk=self.kwargs[self.lookup_url_kwarg]).first()
+        if instance is None:
+            raise not_found(f"{self.resource_type.replace('_', ' ').capitalize()} {self.kwargs['id']} not found.")
+        return instance
+
+    # -- lists -----------------------------------------------------------------------------
+    def list_queryset(self) -> models.QuerySet[Any]:
+        queryset = self.filter_queryset(self.get_queryset())
+        if self.archivable and not parse_bool(self.request.query_params.get("include_archived"), "include_archived"):
+            queryset = queryset.filter(archived_at__isnull=True)
+        return queryset
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        rows, links = self.pagination.paginate(self.list_queryset(), request)
+        return KeysetPagination.response(self.render_many(rows), links)
+
+    def render_many(self, rows: list[Any]) -> list[Any]:
+        return [self.render(row) for row in rows]
+
+    def render(self, instance: Any) -> Any:
+        """The API object of `instance`: the app's selector named by `render_object`."""
+        return type(self).render_object(instance)
+
+    # -- standard actions ------------------------------------------------------------------
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self.render(self.get_object()))
+
+    def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self.render(resource_archive(instance=self.get_object())))
+
+
+class DeleteMixin:
+    """`DELETE /v1/<family>/{id}`: answers `{"id", "type": "<resource>_deleted"}`."""
+
+    def destroy(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
+        instance = self.get_object()
+        identifier = instance.pk
+        self.perform_delete(instance)
+        return Response({"id": identifier, "type": f"{self.resource_type}_deleted"})
+
+    def perform_delete(self, instance: Any) -> None:
+        instance.delete()

@@ -1,0 +1,1 @@
+"""Discovery (`/api`, `/apis`, `/apis/<group>/v1`) and health (`/healthz`, `/readyz`)."""

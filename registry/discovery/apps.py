@@ -1,0 +1,8 @@
+"""App config for discovery and health."""
+
+from django.apps import AppConfig
+
+
+class DiscoveryConfig(AppConfig):
+    name = "registry.discovery"
+    label = "discovery"

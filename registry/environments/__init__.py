@@ -1,0 +1,1 @@
+"""Environments: reusable sandbox templates (network policy and packages) that sessions run in."""

@@ -1,0 +1,92 @@
+"""Validation of environment bodies and the environment object."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from registry.core.fields import MetadataField, StrictSerializer, TaggedUnionField
+
+PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+SCOPES = ("organization",)
+
+
+def package_list() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(min_length=1, max_length=256), required=False, allow_null=True, max_length=512
+    )
+
+
+class PackagesSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["packages"], required=False)
+    apt = package_list()
+    cargo = package_list()
+    gem = package_list()
+    go = package_list()
+    npm = package_list()
+    pip = package_list()
+
+
+class UnrestrictedNetworkSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["unrestricted"])
+
+
+class LimitedNetworkSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["limited"])
+    allow_mcp_servers = serializers.BooleanField(required=False, allow_null=True)
+    allow_package_managers = serializers.BooleanField(required=False, allow_null=True)
+    allowed_hosts = serializers.ListField(
+        child=serializers.CharField(min_length=1, max_length=253), required=False, allow_null=True, max_length=256
+    )
+
+
+NETWORK_KINDS = {"unrestricted": UnrestrictedNetworkSerializer, "limited": LimitedNetworkSerializer}
+
+
+class CloudConfigSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["cloud"])
+    networking = TaggedUnionField(
+        NETWORK_KINDS, component_name="EnvironmentNetworking", required=False, allow_null=True
+    )
+    packages = PackagesSerializer(required=False, allow_null=True)
+
+
+class SelfHostedConfigSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["self_hosted"])
+
+
+CONFIG_KINDS = {"cloud": CloudConfigSerializer, "self_hosted": SelfHostedConfigSerializer}
+
+
+class EnvironmentWriteSerializer(StrictSerializer):
+    """The body of create (`partial=False`) and update (`partial=True`)."""
+
+    name = serializers.CharField(min_length=1, max_length=256)
+    description = serializers.CharField(max_length=2048, required=False, allow_null=True, allow_blank=True)
+    config = TaggedUnionField(CONFIG_KINDS, component_name="EnvironmentConfig", required=False, allow_null=True)
+    metadata = MetadataField(required=False)
+    scope = serializers.ChoiceField(choices=SCOPES, required=False, allow_null=True)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if self.partial:
+            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
+
+
+class EnvironmentSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The environment object (documentation of the response)."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["environment"])
+    name = serializers.CharField()
+    description = serializers.CharField(allow_null=True)
+    metadata = serializers.DictField(child=serializers.CharField())
+    config = TaggedUnionField(CONFIG_KINDS, component_name="EnvironmentConfig")
+    scope = serializers.ChoiceField(choices=SCOPES)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+
+
+class EnvironmentListSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    data = EnvironmentSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)

@@ -1,0 +1,82 @@
+"""Writes for environments: create and partial update (config fields omitted keep their value)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from registry.core.fields import merge_metadata
+from registry.environments.models import Environment
+from registry.environments.serializers import PACKAGE_MANAGERS
+from registry.workspaces.models import Workspace
+
+DEFAULT_NETWORKING = {"type": "unrestricted"}
+
+
+def _packages(given: dict[str, Any] | None, current: dict[str, Any] | None) -> dict[str, Any]:
+    base = current or {}
+    given = given or {}
+    return {
+        "type": "packages",
+        **{
+            manager: list(given[manager] or []) if manager in given else list(base.get(manager, []))
+            for manager in PACKAGE_MANAGERS
+        },
+    }
+
+
+def _networking(given: dict[str, Any] | None) -> dict[str, Any]:
+    if given is None or given["type"] == "unrestricted":
+        return dict(DEFAULT_NETWORKING)
+    return {
+        "type": "limited",
+        "allow_mcp_servers": bool(given.get("allow_mcp_servers")),
+        "allow_package_managers": bool(given.get("allow_package_managers")),
+        "allowed_hosts": list(given.get("allowed_hosts") or []),
+    }
+
+
+def build_config(given: dict[str, Any] | None, current: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The complete config: omitted cloud fields keep the current value (or the default)."""
+    if given is None:
+        return current or {"type": "cloud", "networking": dict(DEFAULT_NETWORKING), "packages": _packages(None, None)}
+    if given["type"] == "self_hosted":
+        return {"type": "self_hosted"}
+    same_kind = current if current and current.get("type") == "cloud" else None
+    networking = (
+        _networking(given["networking"])
+        if "networking" in given
+        else (same_kind["networking"] if same_kind else dict(DEFAULT_NETWORKING))
+    )
+    packages = _packages(given.get("packages"), same_kind["packages"] if same_kind else None)
+    return {"type": "cloud", "networking": networking, "packages": packages}
+
+
+@transaction.atomic
+def environment_create(*, workspace: Workspace, values: dict[str, Any]) -> Environment:
+    return Environment.objects.create(
+        workspace=workspace,
+        name=values["name"],
+        description=values.get("description"),
+        metadata=values.get("metadata", {}),
+        config=build_config(values.get("config")),
+        scope=values.get("scope") or "organization",
+    )
+
+
+@transaction.atomic
+def environment_update(*, environment: Environment, values: dict[str, Any]) -> Environment:
+    locked = Environment.objects.select_for_update().get(pk=environment.pk)
+    if "name" in values:
+        locked.name = values["name"]
+    if "description" in values:
+        locked.description = values["description"]
+    if "metadata" in values:
+        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    if values.get("config") is not None:
+        locked.config = build_config(values["config"], locked.config)
+    if values.get("scope"):
+        locked.scope = values["scope"]
+    locked.save()
+    return locked

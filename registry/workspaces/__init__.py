@@ -1,0 +1,1 @@
+"""Workspaces, their API keys and OIDC memberships, and the `workspace` command."""

@@ -1,0 +1,8 @@
+"""App config for workspaces."""
+
+from django.apps import AppConfig
+
+
+class WorkspacesConfig(AppConfig):
+    name = "registry.workspaces"
+    label = "workspaces"

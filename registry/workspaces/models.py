@@ -1,0 +1,48 @@
+"""Workspace, ApiKey (SHA-256 digest only) and OidcMembership (an OIDC subject mapped to one workspace)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from registry.core.ids import public_id_field
+
+
+class Workspace(models.Model):
+    id = public_id_field("wsp")
+    name = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+
+class ApiKey(models.Model):
+    """A workspace API key. Only its SHA-256 digest is stored; the plaintext is shown once."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=255, blank=True, default="")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    display_prefix = models.CharField(max_length=16, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.display_prefix}… ({self.workspace_id})"
+
+
+class OidcMembership(models.Model):
+    """Maps an OIDC subject to exactly one workspace."""
+
+    subject = models.CharField(max_length=255, unique=True)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "OIDC membership"
+
+    def __str__(self) -> str:
+        return f"{self.subject} → {self.workspace_id}"

@@ -1,0 +1,1 @@
+"""Project settings: `base` for every deployment, `production` for `check --deploy`."""

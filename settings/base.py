@@ -1,0 +1,197 @@
+"""Every setting of the project, read from the environment in this one module.
+
+Variables: DATABASE_URL, REDIS_URL, SECRET_KEY, DEBUG, ALLOWED_HOSTS, REGISTRY_DATA_DIR,
+REGISTRY_MODEL_BASE_URL, REGISTRY_MODEL_API_KEY, VAULT_ENCRYPTION_KEYS, OIDC_OP_* and
+REGISTRY_* tunables. Unset variables give the embedded default (SQLite, in-memory state).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DATA_DIR = Path(env_str("REGISTRY_DATA_DIR", str(BASE_DIR / "var")))
+
+# A development key is generated per data directory so `make run` needs no configuration;
+# production settings refuse to start without SECRET_KEY.
+SECRET_KEY = env_str("SECRET_KEY") or "insecure-development-key-change-me-" + str(BASE_DIR)
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "registry.core",
+    "registry.workspaces",
+    "registry.agents",
+    "registry.environments",
+    "registry.discovery",
+    "gatewayproxy",
+]
+
+MIDDLEWARE = [
+    "registry.core.middleware.RequestIdMiddleware",
+    "registry.core.middleware.BodySizeLimitMiddleware",
+    "registry.core.middleware.ArrayQueryParamsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "settings.urls"
+ASGI_APPLICATION = "settings.asgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_settings(url: str) -> dict[str, Any]:
+    """Parse DATABASE_URL; SQLite gets WAL mode and a busy timeout for multi-process writes."""
+    config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["CONN_MAX_AGE"] = 0
+        config["OPTIONS"] = {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
+        }
+    return config
+
+
+DATABASES = {"default": database_settings(env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'registry.sqlite3'}")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+
+# Request bodies: anything larger is answered 413 before a view runs.
+REGISTRY_MAX_BODY_BYTES = env_int("REGISTRY_MAX_BODY_BYTES", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = REGISTRY_MAX_BODY_BYTES
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["registry.core.authentication.WorkspaceAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["registry.core.authentication.IsWorkspaceMember"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "registry.core.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent registry API",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "AUTHENTICATION_WHITELIST": ["registry.core.authentication.WorkspaceAuthentication"],
+}
+
+# OIDC (mozilla-django-oidc): a Bearer token is checked at the provider's userinfo endpoint.
+OIDC_DRF_AUTH_BACKEND = "registry.workspaces.oidc.WorkspaceOIDCBackend"
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT")
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = "openid"
+OIDC_VERIFY_SSL = env_bool("OIDC_VERIFY_SSL", True)
+OIDC_TIMEOUT = env_int("OIDC_TIMEOUT_SECONDS", 5)
+# Seconds a validated access token is remembered, to spare the provider a call per request.
+REGISTRY_OIDC_CACHE_SECONDS = env_int("REGISTRY_OIDC_CACHE_SECONDS", 60)
+
+# Where the session runtime sends model calls (normally the gateway's data-plane root).
+REGISTRY_MODEL_BASE_URL = env_str("REGISTRY_MODEL_BASE_URL", "http://127.0.0.1:8080")
+REGISTRY_MODEL_API_KEY = env_str("REGISTRY_MODEL_API_KEY")
+# Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.
+VAULT_ENCRYPTION_KEYS = env_str("VAULT_ENCRYPTION_KEYS")
+
+# Discovery: the extension groups this deployment serves, and their domain.
+REGISTRY_EXTENSION_DOMAIN = env_str("REGISTRY_EXTENSION_DOMAIN", "registry.local")
+REGISTRY_EXTENSION_GROUPS = env_list("REGISTRY_EXTENSION_GROUPS", [])
+
+IDEMPOTENCY_KEY_TTL_SECONDS = 24 * 3600
+# A key whose first request started this long ago and never finished is taken over.
+IDEMPOTENCY_STALE_SECONDS = env_int("IDEMPOTENCY_STALE_SECONDS", 300)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

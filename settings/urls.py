@@ -1,0 +1,44 @@
+"""Root URL configuration: discovery and health, `/v1/...` resources, OpenAPI, Django admin.
+
+Anything else (the old `/v1/registry/...` form included) is a 404 in the error envelope.
+"""
+
+from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path
+from drf_spectacular.views import SpectacularJSONAPIView
+
+from registry.core.errors import ErrorType, json_error
+from registry.core.ids import register_id_converters
+
+register_id_converters()
+
+urlpatterns = [
+    path("", include("registry.discovery.urls")),
+    path("v1/", include("registry.agents.urls")),
+    path("v1/", include("registry.environments.urls")),
+    path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
+    path("admin/", admin.site.urls),
+]
+
+
+def not_found_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return json_error(request, ErrorType.NOT_FOUND, f"No route for {request.method} {request.path}.")
+
+
+def server_error_handler(request: HttpRequest) -> JsonResponse:
+    return json_error(request, ErrorType.API, "Internal server error.")
+
+
+def bad_request_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return json_error(request, ErrorType.INVALID_REQUEST, "Bad request.")
+
+
+def permission_denied_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return json_error(request, ErrorType.PERMISSION, "Permission denied.")
+
+
+handler404 = not_found_handler
+handler500 = server_error_handler
+handler400 = bad_request_handler
+handler403 = permission_denied_handler
