@@ -144,7 +144,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "registry.core.openapi.RegistrySchema",
     "EXCEPTION_HANDLER": "registry.core.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DATETIME_FORMAT": "%Y-%m-%dT%H:%M:%S.%fZ",
@@ -155,6 +155,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Enums stay inline: dozens of single-value `type` discriminators would otherwise collide by name.
+    "POSTPROCESSING_HOOKS": [],
     "AUTHENTICATION_WHITELIST": ["registry.core.authentication.WorkspaceAuthentication"],
 }
 

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from registry.core.fields import JsonSchemaObjectField, MetadataField, StrictSerializer, TaggedUnionField
+from registry.core.fields import (
+    JsonSchemaObjectField,
+    MetadataField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    TaggedUnionField,
+)
 
 BUILT_IN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
@@ -23,7 +33,7 @@ class PermissionPolicySerializer(StrictSerializer):
 
 
 class ToolsetDefaultConfigSerializer(StrictSerializer):
-    enabled = serializers.BooleanField(required=False, allow_null=True)
+    enabled = StrictBooleanField(required=False, allow_null=True)
     permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
 
 
@@ -32,12 +42,12 @@ class BuiltInToolConfigSerializer(StrictSerializer):
 
     name = serializers.ChoiceField(choices=BUILT_IN_TOOLS)
     type = serializers.ChoiceField(choices=BUILT_IN_TOOLS, required=False)
-    enabled = serializers.BooleanField(required=False, allow_null=True)
+    enabled = StrictBooleanField(required=False, allow_null=True)
     permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
-    allowed_domains = serializers.ListField(child=serializers.CharField(), required=False, min_length=1, max_length=64)
-    blocked_domains = serializers.ListField(child=serializers.CharField(), required=False, min_length=1, max_length=64)
-    max_content_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
-    max_uses = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    allowed_domains = serializers.ListField(child=StrictCharField(), required=False, min_length=1, max_length=64)
+    blocked_domains = serializers.ListField(child=StrictCharField(), required=False, min_length=1, max_length=64)
+    max_content_tokens = StrictIntegerField(required=False, allow_null=True, min_value=1)
+    max_uses = StrictIntegerField(required=False, allow_null=True, min_value=1)
     url_sources = serializers.JSONField(required=False, allow_null=True)
     user_location = serializers.JSONField(required=False, allow_null=True)
 
@@ -48,8 +58,8 @@ class BuiltInToolConfigSerializer(StrictSerializer):
 
 
 class McpToolConfigSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=256)
-    enabled = serializers.BooleanField(required=False, allow_null=True)
+    name = StrictCharField(max_length=256)
+    enabled = StrictBooleanField(required=False, allow_null=True)
     permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
 
 
@@ -61,7 +71,7 @@ class AgentToolsetSerializer(StrictSerializer):
 
 class McpToolsetSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["mcp_toolset"])
-    mcp_server_name = serializers.CharField(max_length=255)
+    mcp_server_name = StrictCharField(max_length=255)
     configs = McpToolConfigSerializer(many=True, required=False)
     default_config = ToolsetDefaultConfigSerializer(required=False, allow_null=True)
 
@@ -69,20 +79,27 @@ class McpToolsetSerializer(StrictSerializer):
 class CustomToolSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["custom"])
     name = serializers.RegexField(TOOL_NAME, error_messages={"invalid": "1-128 letters, digits, '_' or '-'."})
-    description = serializers.CharField(max_length=4096)
+    description = StrictCharField(max_length=4096)
     input_schema = JsonSchemaObjectField()
+
+
+def validate_http_url(value: str) -> None:
+    """An absolute http(s) URL; bare service host names (as inside a cluster) are allowed."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise serializers.ValidationError("must be an absolute http or https URL.")
 
 
 class McpServerSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["url"])
-    name = serializers.CharField(min_length=1, max_length=255)
-    url = serializers.URLField(max_length=2048)
+    name = StrictCharField(min_length=1, max_length=255)
+    url = StrictCharField(max_length=2048, validators=[validate_http_url])
 
 
 class SkillReferenceSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["anthropic", "custom"])
-    skill_id = serializers.CharField(max_length=255)
-    version = serializers.CharField(max_length=64, required=False, allow_null=True)
+    skill_id = StrictCharField(max_length=255)
+    version = StrictCharField(max_length=64, required=False, allow_null=True)
 
 
 class ServiceAccountIdentitySerializer(StrictSerializer):
@@ -95,9 +112,9 @@ class AwsRoleIdentitySerializer(StrictSerializer):
 
 
 class ModelConfigSerializer(StrictSerializer):
-    id = serializers.CharField(min_length=1, max_length=256)
+    id = StrictCharField(min_length=1, max_length=256)
     effort = serializers.JSONField(required=False, allow_null=True)
-    inference_geo = serializers.CharField(max_length=64, required=False, allow_null=True)
+    inference_geo = StrictCharField(max_length=64, required=False, allow_null=True)
     speed = serializers.ChoiceField(choices=["standard", "fast"], required=False, allow_null=True)
 
     def validate_effort(self, value: Any) -> Any:
@@ -107,6 +124,35 @@ class ModelConfigSerializer(StrictSerializer):
         return level
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "minLength": 1, "maxLength": 256},
+            {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "effort": {
+                        "oneOf": [
+                            {"type": "string", "enum": list(EFFORT_LEVELS)},
+                            {
+                                "type": "object",
+                                "properties": {"type": {"type": "string", "enum": list(EFFORT_LEVELS)}},
+                                "required": ["type"],
+                                "additionalProperties": False,
+                            },
+                        ],
+                        "nullable": True,
+                    },
+                    "inference_geo": {"type": "string", "maxLength": 64, "nullable": True},
+                    "speed": {"type": "string", "enum": ["standard", "fast"], "nullable": True},
+                },
+                "required": ["id"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+)
 class ModelField(serializers.Field):  # type: ignore[type-arg]
     """`model`: a model id string, or `{id, effort, inference_geo, speed}`; stored as the object."""
 
@@ -140,10 +186,10 @@ IDENTITY_KINDS = {"service_account": ServiceAccountIdentitySerializer, "aws_role
 class AgentWriteSerializer(StrictSerializer):
     """The body of create (`partial=False`) and update (`partial=True`)."""
 
-    name = serializers.CharField(min_length=1, max_length=256)
+    name = StrictCharField(min_length=1, max_length=256)
     model = ModelField()
-    description = serializers.CharField(max_length=2048, required=False, allow_null=True, allow_blank=True)
-    system = serializers.CharField(
+    description = StrictCharField(max_length=2048, required=False, allow_null=True, allow_blank=True)
+    system = StrictCharField(
         max_length=100_000, required=False, allow_null=True, allow_blank=True, trim_whitespace=False
     )
     tools = serializers.ListField(
@@ -152,14 +198,14 @@ class AgentWriteSerializer(StrictSerializer):
         allow_null=True,
         max_length=MAX_TOOLS,
     )
-    mcp_servers = McpServerSerializer(many=True, required=False, allow_null=True, max_length=MAX_MCP_SERVERS)
+    mcp_servers = McpServerSerializer(many=True, required=False, allow_null=True, max_length=MAX_MCP_SERVERS)  # type: ignore[call-arg]
     skills = SkillReferenceSerializer(many=True, required=False, allow_null=True)
     metadata = MetadataField(required=False)
     execution_identity = TaggedUnionField(
         IDENTITY_KINDS, component_name="ExecutionIdentity", required=False, allow_null=True
     )
     multiagent = serializers.JSONField(required=False, allow_null=True)
-    version = serializers.IntegerField(required=False, min_value=1)
+    version = StrictIntegerField(required=False, min_value=1)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -193,8 +239,3 @@ class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
-
-
-class AgentListSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    data = AgentSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)

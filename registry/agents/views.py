@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.agents import selectors, services
 from registry.agents.filters import AgentFilter
 from registry.agents.models import Agent
-from registry.agents.serializers import AgentListSerializer, AgentSerializer, AgentWriteSerializer
+from registry.agents.serializers import AgentSerializer, AgentWriteSerializer
 from registry.core.errors import invalid_request
-from registry.core.openapi import LIST_PARAMETERS
+from registry.core.openapi import LIST_PARAMETERS, list_response
 from registry.core.pagination import KeysetPagination
 from registry.core.views import WorkspaceViewSet
 
@@ -26,8 +25,7 @@ VERSION_PARAMETER = OpenApiParameter("version", OpenApiTypes.INT, description="R
     create=extend_schema(request=AgentWriteSerializer, responses=AgentSerializer),
     partial_update=extend_schema(request=AgentWriteSerializer, responses=AgentSerializer),
     retrieve=extend_schema(parameters=[VERSION_PARAMETER], responses=AgentSerializer),
-    list=extend_schema(parameters=LIST_PARAMETERS, responses=AgentListSerializer),
-    archive=extend_schema(request=None, responses=AgentSerializer),
+    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("AgentList", AgentSerializer)),
 )
 class AgentViewSet(WorkspaceViewSet):
     model = Agent
@@ -64,15 +62,13 @@ class AgentVersionViewSet(WorkspaceViewSet):
 
     model = Agent
     resource_type = "agent"
+    operation_name = "agent_version"
     archivable = False
     pagination = KeysetPagination(keys=("version",))
 
     @extend_schema(
         parameters=LIST_PARAMETERS[:3],
-        responses=inline_serializer(
-            "AgentVersionList",
-            {"data": AgentSerializer(many=True), "next_page": serializers.CharField(allow_null=True)},
-        ),
+        responses=list_response("AgentVersionList", AgentSerializer),
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agent = self.get_object()

@@ -1,4 +1,4 @@
-"""App config for registry.core (it owns the idempotency-key table)."""
+"""App config for registry.core (it owns the idempotency-key table and the OpenAPI extensions)."""
 
 from django.apps import AppConfig
 
@@ -6,3 +6,6 @@ from django.apps import AppConfig
 class CoreConfig(AppConfig):
     name = "registry.core"
     label = "registry_core"
+
+    def ready(self) -> None:
+        from registry.core import openapi  # noqa: F401  (registers the authentication scheme)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
@@ -16,7 +17,7 @@ METADATA_VALUE_MAX = 512
 class TaggedUnionField(serializers.Field):  # type: ignore[type-arg]
     """An object whose `type` picks the serializer that validates it."""
 
-    def __init__(self, choices: dict[str, type[serializers.Serializer]], **kwargs: Any) -> None:  # type: ignore[type-arg]
+    def __init__(self, choices: Mapping[str, type[serializers.Serializer[Any]]], **kwargs: Any) -> None:
         self.choices = choices
         component_name = kwargs.pop("component_name", None) or "Union" + "".join(c.__name__ for c in choices.values())
         super().__init__(**kwargs)
@@ -26,7 +27,7 @@ class TaggedUnionField(serializers.Field):  # type: ignore[type-arg]
                 serializers=list(choices.values()),
                 resource_type_field_name="type",
             )
-        )(self)
+        )(self)  # type: ignore[type-var]
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, dict):
@@ -41,6 +42,33 @@ class TaggedUnionField(serializers.Field):  # type: ignore[type-arg]
 
     def to_representation(self, value: Any) -> Any:
         return value
+
+
+class StrictCharField(serializers.CharField):
+    """A string, and only a string: numbers and booleans are not silently turned into text."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean, not "yes", "1" or 1."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, not a numeric string or a boolean."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
 
 
 class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -63,7 +91,7 @@ class MetadataField(serializers.DictField):  # type: ignore[type-arg]
     def __init__(self, *, allow_null_values: bool = False, **kwargs: Any) -> None:
         self.allow_null_values = allow_null_values
         super().__init__(
-            child=serializers.CharField(
+            child=StrictCharField(
                 allow_blank=True, allow_null=allow_null_values, max_length=METADATA_VALUE_MAX, trim_whitespace=False
             ),
             **kwargs,

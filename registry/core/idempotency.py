@@ -41,7 +41,7 @@ class Claim:
 
 def fingerprint_of(request: Request) -> str:
     digest = hashlib.sha256()
-    digest.update(request.method.encode() + b" " + request.get_full_path().encode() + b"\n")
+    digest.update((request.method or "").encode() + b" " + request.get_full_path().encode() + b"\n")
     digest.update(request._request.body)  # the raw bytes, so any byte of difference counts
     return digest.hexdigest()
 
@@ -61,8 +61,10 @@ def claim(request: Request, workspace_id: str) -> Claim | None:
             return Claim(row_id=row.pk)
         except IntegrityError:
             existing = IdempotencyKey.objects.filter(workspace_id=workspace_id, key=key).first()
-            if existing is None or _is_reusable(existing):
-                IdempotencyKey.objects.filter(pk=getattr(existing, "pk", None)).delete()
+            if existing is None:
+                continue
+            if _is_reusable(existing):
+                existing.delete()
                 continue
             raise _outcome_for(existing, fingerprint) from None
     raise conflict("Idempotency-Key: could not be claimed; retry the request.")

@@ -59,5 +59,5 @@ class ArrayQueryParamsMiddleware:
             for key in [key for key in normalized if key.endswith("[]")]:
                 for value in normalized.pop(key):
                     normalized.appendlist(key[:-2], value)
-            request.GET = normalized
+            request.GET = normalized  # type: ignore[assignment]
         return self.get_response(request)

@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, inline_serializer
+from rest_framework import serializers
+
+
+def list_response(name: str, item: type[serializers.BaseSerializer[Any]], *, with_prev_page: bool = False) -> Any:
+    """The documented shape of a list: `{"data": [...], "next_page": ...}` (and `prev_page`)."""
+    fields: dict[str, serializers.Field[Any, Any, Any, Any]] = {
+        "data": item(many=True),
+        "next_page": serializers.CharField(allow_null=True),
+    }
+    if with_prev_page:
+        fields["prev_page"] = serializers.CharField(allow_null=True)
+    return inline_serializer(name, fields)
+
 
 LIST_PARAMETERS = [
     OpenApiParameter("limit", OpenApiTypes.INT, description="Page size, 1 to 100 (default 20)."),
@@ -11,3 +28,27 @@ LIST_PARAMETERS = [
     OpenApiParameter("order", OpenApiTypes.STR, enum=["asc", "desc"], description="Sort by creation time."),
     OpenApiParameter("include_archived", OpenApiTypes.BOOL, description="Include archived items."),
 ]
+
+
+class WorkspaceAuthenticationScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
+    """Documents the two credentials: `x-api-key` (workspace key) and an OIDC Bearer token."""
+
+    target_class = "registry.core.authentication.WorkspaceAuthentication"
+    name = ["ApiKeyAuth", "BearerAuth"]
+
+    def get_security_definition(self, auto_schema: object) -> list[dict[str, str]]:
+        return [
+            {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            {"type": "http", "scheme": "bearer", "description": "An OIDC access token."},
+        ]
+
+
+class RegistrySchema(AutoSchema):  # type: ignore[misc]
+    """Operation ids named after the resource and action (`agent_create`, `agent_partial_update`, ...)."""
+
+    def get_operation_id(self) -> str:
+        resource = getattr(self.view, "operation_name", None) or getattr(self.view, "resource_type", None)
+        action = getattr(self.view, "action", None)
+        if resource and action:
+            return f"{resource}_{action}"
+        return str(super().get_operation_id())

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from registry.core.fields import MetadataField, StrictSerializer, TaggedUnionField
+from registry.core.fields import (
+    MetadataField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictSerializer,
+    TaggedUnionField,
+)
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 SCOPES = ("organization",)
@@ -12,7 +18,7 @@ SCOPES = ("organization",)
 
 def package_list() -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.CharField(min_length=1, max_length=256), required=False, allow_null=True, max_length=512
+        child=StrictCharField(min_length=1, max_length=256), required=False, allow_null=True, max_length=512
     )
 
 
@@ -32,10 +38,10 @@ class UnrestrictedNetworkSerializer(StrictSerializer):
 
 class LimitedNetworkSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["limited"])
-    allow_mcp_servers = serializers.BooleanField(required=False, allow_null=True)
-    allow_package_managers = serializers.BooleanField(required=False, allow_null=True)
+    allow_mcp_servers = StrictBooleanField(required=False, allow_null=True)
+    allow_package_managers = StrictBooleanField(required=False, allow_null=True)
     allowed_hosts = serializers.ListField(
-        child=serializers.CharField(min_length=1, max_length=253), required=False, allow_null=True, max_length=256
+        child=StrictCharField(min_length=1, max_length=253), required=False, allow_null=True, max_length=256
     )
 
 
@@ -60,8 +66,8 @@ CONFIG_KINDS = {"cloud": CloudConfigSerializer, "self_hosted": SelfHostedConfigS
 class EnvironmentWriteSerializer(StrictSerializer):
     """The body of create (`partial=False`) and update (`partial=True`)."""
 
-    name = serializers.CharField(min_length=1, max_length=256)
-    description = serializers.CharField(max_length=2048, required=False, allow_null=True, allow_blank=True)
+    name = StrictCharField(min_length=1, max_length=256)
+    description = StrictCharField(max_length=2048, required=False, allow_null=True, allow_blank=True)
     config = TaggedUnionField(CONFIG_KINDS, component_name="EnvironmentConfig", required=False, allow_null=True)
     metadata = MetadataField(required=False)
     scope = serializers.ChoiceField(choices=SCOPES, required=False, allow_null=True)
@@ -85,8 +91,3 @@ class EnvironmentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
-
-
-class EnvironmentListSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    data = EnvironmentSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from rest_framework import serializers
 
 from registry.core.fields import merge_metadata
 from registry.environments.models import Environment
@@ -50,6 +51,11 @@ def build_config(given: dict[str, Any] | None, current: dict[str, Any] | None = 
         else (same_kind["networking"] if same_kind else dict(DEFAULT_NETWORKING))
     )
     packages = _packages(given.get("packages"), same_kind["packages"] if same_kind else None)
+    wants_packages = any(packages[manager] for manager in PACKAGE_MANAGERS)
+    if networking["type"] == "limited" and wants_packages and not networking["allow_package_managers"]:
+        raise serializers.ValidationError(
+            {"config": ["packages under limited networking need networking.allow_package_managers: true."]}
+        )
     return {"type": "cloud", "networking": networking, "packages": packages}
 
 

@@ -7,13 +7,12 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.openapi import LIST_PARAMETERS
+from registry.core.openapi import LIST_PARAMETERS, list_response
 from registry.core.views import DeleteMixin, WorkspaceViewSet
 from registry.environments import services
 from registry.environments.models import Environment
 from registry.environments.selectors import render_environment
 from registry.environments.serializers import (
-    EnvironmentListSerializer,
     EnvironmentSerializer,
     EnvironmentWriteSerializer,
 )
@@ -23,8 +22,7 @@ from registry.environments.serializers import (
     create=extend_schema(request=EnvironmentWriteSerializer, responses=EnvironmentSerializer),
     partial_update=extend_schema(request=EnvironmentWriteSerializer, responses=EnvironmentSerializer),
     retrieve=extend_schema(responses=EnvironmentSerializer),
-    list=extend_schema(parameters=LIST_PARAMETERS, responses=EnvironmentListSerializer),
-    archive=extend_schema(request=None, responses=EnvironmentSerializer),
+    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("EnvironmentList", EnvironmentSerializer)),
     destroy=extend_schema(
         responses=inline_serializer(
             "EnvironmentDeleted",

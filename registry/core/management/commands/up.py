@@ -39,11 +39,12 @@ class Command(BaseCommand):
         self.wait(processes)
 
     def ensure_demo_workspace(self) -> None:
-        if Workspace.objects.filter(name=DEMO_WORKSPACE).exists():
+        existing = Workspace.objects.filter(name=DEMO_WORKSPACE).first()
+        if existing is not None:
             self.stdout.write(
-                f"Demo workspace exists; issue a key with: python manage.py workspace key "
-                f"{Workspace.objects.filter(name=DEMO_WORKSPACE).first().pk}"
-            )  # type: ignore[union-attr]
+                f"Demo workspace {existing.pk} exists; its key was shown on first start. "
+                f"Issue another with: python manage.py workspace key {existing.pk}"
+            )
             return
         workspace, issued = services.workspace_create(name=DEMO_WORKSPACE)
         self.stdout.write(f"Created demo workspace {workspace.id}")
