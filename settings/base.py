@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "registry.workspaces",
     "registry.agents",
     "registry.environments",
+    "registry.sessions",
     "registry.discovery",
     "gatewayproxy",
 ]
@@ -184,6 +185,10 @@ VAULT_ENCRYPTION_KEYS = env_str("VAULT_ENCRYPTION_KEYS")
 # Discovery: the extension groups this deployment serves, and their domain.
 REGISTRY_EXTENSION_DOMAIN = env_str("REGISTRY_EXTENSION_DOMAIN", "registry.local")
 REGISTRY_EXTENSION_GROUPS = env_list("REGISTRY_EXTENSION_GROUPS", [])
+
+# Streams read the database at least this often, so a lost wake-up only delays an event.
+REGISTRY_STREAM_POLL_SECONDS = float(env_str("REGISTRY_STREAM_POLL_SECONDS", "1.0"))
+REGISTRY_STREAM_KEEPALIVE_SECONDS = float(env_str("REGISTRY_STREAM_KEEPALIVE_SECONDS", "15"))
 
 IDEMPOTENCY_KEY_TTL_SECONDS = 24 * 3600
 # A key whose first request started this long ago and never finished is taken over.

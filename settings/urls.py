@@ -9,14 +9,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from registry.core.errors import ErrorType, json_error
-from registry.core.ids import register_id_converters
-
-register_id_converters()
 
 urlpatterns = [
     path("", include("registry.discovery.urls")),
     path("v1/", include("registry.agents.urls")),
     path("v1/", include("registry.environments.urls")),
+    path("v1/", include("registry.sessions.urls")),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("admin/", admin.site.urls),
 ]

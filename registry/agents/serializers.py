@@ -198,8 +198,11 @@ class AgentWriteSerializer(StrictSerializer):
         allow_null=True,
         max_length=MAX_TOOLS,
     )
-    mcp_servers = McpServerSerializer(many=True, required=False, allow_null=True, max_length=MAX_MCP_SERVERS)  # type: ignore[call-arg]
-    skills = SkillReferenceSerializer(many=True, required=False, allow_null=True)
+    # ListField, not `many=True`: DRF passes `allow_null` on to a many-serializer's items as well.
+    mcp_servers = serializers.ListField(
+        child=McpServerSerializer(), required=False, allow_null=True, max_length=MAX_MCP_SERVERS
+    )
+    skills = serializers.ListField(child=SkillReferenceSerializer(), required=False, allow_null=True)
     metadata = MetadataField(required=False)
     execution_identity = TaggedUnionField(
         IDENTITY_KINDS, component_name="ExecutionIdentity", required=False, allow_null=True

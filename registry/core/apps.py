@@ -9,3 +9,6 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         from registry.core import openapi  # noqa: F401  (registers the authentication scheme)
+        from registry.core.ids import register_id_converters
+
+        register_id_converters()

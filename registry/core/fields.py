@@ -24,7 +24,8 @@ class TaggedUnionField(serializers.Field):  # type: ignore[type-arg]
         extend_schema_field(
             PolymorphicProxySerializer(
                 component_name=component_name,
-                serializers=list(choices.values()),
+                # Keyed by `type`: from a bare list spectacular cannot read the tag and maps every one to null.
+                serializers=dict(choices),
                 resource_type_field_name="type",
             )
         )(self)  # type: ignore[type-var]

@@ -6,8 +6,9 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import is_serializer
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 
 
@@ -19,7 +20,8 @@ def list_response(name: str, item: type[serializers.BaseSerializer[Any]], *, wit
     }
     if with_prev_page:
         fields["prev_page"] = serializers.CharField(allow_null=True)
-    return inline_serializer(name, fields)
+    # many=False: the envelope is one object, though spectacular wraps a `list` action's response in an array.
+    return extend_schema_serializer(many=False)(inline_serializer(name, fields))
 
 
 LIST_PARAMETERS = [
@@ -52,3 +54,11 @@ class RegistrySchema(AutoSchema):  # type: ignore[misc]
         if resource and action:
             return f"{resource}_{action}"
         return str(super().get_operation_id())
+
+    def _get_response_bodies(self, direction: Any = "response") -> Any:
+        """A single documented response is a 200: creates answer 200 (as the reference client expects)
+        and deletes answer 200 with a body, where spectacular would assume 201 and an empty 204."""
+        responses = self.get_response_serializers()
+        if is_serializer(responses) or isinstance(responses, OpenApiResponse):
+            return {"200": self._get_response_for_code(responses, "200", direction=direction)}
+        return super()._get_response_bodies(direction)

@@ -1,0 +1,221 @@
+"""`GET /v1/sessions/{id}/events/stream`: the Server-Sent Events stream, as a Channels consumer.
+
+The database is the truth: the stream replays from the cursor, then reads the database again on
+every wake-up from the channel layer and on a timer, so a lost wake-up (or Redis gone) only
+delays an event. It ends when the client goes away or after the session's terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.generic.http import AsyncHttpConsumer
+from channels.layers import get_channel_layer
+from django.conf import settings
+from rest_framework import exceptions as drf_exceptions
+
+from registry.core.authentication import Principal, WorkspaceAuthentication
+from registry.core.errors import ErrorType, error_body
+from registry.core.ids import new_id
+from registry.sessions import selectors
+from registry.sessions.events import DELTA_TYPES
+from registry.sessions.models import Session
+from registry.sessions.notify import group_name
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_TYPE = "session.status_terminated"
+
+
+def sse_frame(event: dict[str, Any], *, seq: int | None = None) -> bytes:
+    """One frame: `id` (the seq, for complete events), `event`, `data`, blank line."""
+    head = f"id: {seq}\n" if seq is not None else ""
+    return f"{head}event: {event['type']}\n".encode() + b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+def parse_cursor(raw: str | None, name: str) -> int | None:
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{name}: must be a non-negative integer sequence number.")
+    return int(raw)
+
+
+class SessionStreamConsumer(AsyncHttpConsumer):
+    """One SSE connection. The channel layer is managed here, so its failure never ends the stream."""
+
+    channel_layer_alias = None  # the layer is subscribed by `listen`, which survives layer outages
+
+    async def http_request(self, message: dict[str, Any]) -> None:
+        if message.get("more_body"):
+            return
+        self.request_id = new_id("req")
+        try:
+            await self.open()
+        except StreamRefused as refusal:
+            await self.refuse(refusal)
+            raise StopConsumer() from None
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        for task in getattr(self, "tasks", []):
+            task.cancel()
+        raise StopConsumer()
+
+    # -- opening ---------------------------------------------------------------------------
+    async def open(self) -> None:
+        headers = {name.decode("latin1").lower(): value.decode("latin1") for name, value in self.scope["headers"]}
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        principal = await authenticate(headers)
+        session_id = self.scope["url_route"]["kwargs"]["id"]
+        session = await database_sync_to_async(find_session)(principal, session_id)
+        self.session_id = session_id
+        self.native = bool(headers.get("native-beta", "").strip())
+        self.deltas = set(query.get("event_deltas", []) + query.get("event_deltas[]", []))
+        unknown = self.deltas - set(DELTA_TYPES)
+        if unknown:
+            raise StreamRefused(400, ErrorType.INVALID_REQUEST, f"event_deltas: unknown type(s) {sorted(unknown)}.")
+        try:
+            cursor = parse_cursor(headers.get("last-event-id"), "Last-Event-ID")
+            if cursor is None:
+                cursor = parse_cursor((query.get("from_cursor") or [None])[0], "from_cursor")
+        except ValueError as error:
+            raise StreamRefused(400, ErrorType.INVALID_REQUEST, str(error)) from None
+        self.last_seq = (cursor - 1) if cursor is not None else session.last_seq
+        self.last_write = time.monotonic()
+        self.wake = asyncio.Event()
+        self.send_lock = asyncio.Lock()
+        await self.send_headers(
+            status=200,
+            headers=[
+                (b"content-type", b"text/event-stream"),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),
+                (b"request-id", self.request_id.encode()),
+            ],
+        )
+        await self.send_body(b": stream open\n\n", more_body=True)
+        self.tasks = [asyncio.create_task(self.pump()), asyncio.create_task(self.listen())]
+
+    async def refuse(self, refusal: StreamRefused) -> None:
+        body = orjson.dumps(error_body(refusal.error_type, refusal.message, self.request_id))
+        headers = [(b"content-type", b"application/json"), (b"request-id", self.request_id.encode())]
+        if refusal.status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="api"'))
+        await self.send_response(refusal.status, body, headers=headers)
+
+    # -- the loop: read the database after the last sent seq, on wake-ups and on a timer -----
+    async def pump(self) -> None:
+        poll = settings.REGISTRY_STREAM_POLL_SECONDS
+        keepalive = settings.REGISTRY_STREAM_KEEPALIVE_SECONDS
+        try:
+            while True:
+                self.wake.clear()
+                if await self.catch_up():
+                    await self.finish()
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout=poll)
+                if time.monotonic() - self.last_write >= keepalive:
+                    await self.write(b": ping\n\n")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("stream %s failed", getattr(self, "session_id", "?"))
+            await self.finish()
+
+    async def catch_up(self) -> bool:
+        """Send every event after the last sent seq; True once the terminal event went out."""
+        while True:
+            batch = await database_sync_to_async(selectors.events_after)(
+                session_id=self.session_id, after_seq=self.last_seq, native=self.native
+            )
+            if not batch:
+                return False
+            visible = selectors.visible_types(native=self.native)
+            for event in batch:
+                if event.type in visible:
+                    await self.write(sse_frame(selectors.render_event(event, native=self.native), seq=event.seq))
+                self.last_seq = event.seq or self.last_seq
+                if event.type == TERMINAL_TYPE:
+                    return True
+
+    async def write(self, data: bytes) -> None:
+        async with self.send_lock:
+            await self.send_body(data, more_body=True)
+            self.last_write = time.monotonic()
+
+    async def finish(self) -> None:
+        async with self.send_lock:
+            await self.send_body(b"", more_body=False)
+
+    # -- wake-ups and deltas from the channel layer ------------------------------------------
+    async def listen(self) -> None:
+        """Subscribe to the session's group; on any layer failure, retry while the timer carries on."""
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        backoff = 0.5
+        while True:
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(group_name(self.session_id), channel)
+                self.wake.set()  # anything sent while we were not subscribed is in the database
+                backoff = 0.5
+                while True:
+                    await self.on_layer_message(await layer.receive(channel))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                logger.warning(
+                    "stream %s: channel layer unavailable (%s); timer only", self.session_id, type(error).__name__
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def on_layer_message(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "session.delta":
+            if message.get("event_type") in self.deltas:
+                await self.write(sse_frame(message["frame"]))
+        else:
+            self.wake.set()
+
+
+class StreamRefused(Exception):
+    """The stream cannot open: answered with an error body instead."""
+
+    def __init__(self, status: int, error_type: ErrorType, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error_type, self.message = status, error_type, message
+
+
+@database_sync_to_async
+def _authenticate(meta: dict[str, str]) -> Principal | None:
+    result = WorkspaceAuthentication().authenticate(SimpleNamespace(META=meta))  # type: ignore[arg-type]
+    return result[0] if result else None
+
+
+async def authenticate(headers: dict[str, str]) -> Principal:
+    meta = {"HTTP_" + name.upper().replace("-", "_"): value for name, value in headers.items()}
+    try:
+        principal = await _authenticate(meta)
+    except drf_exceptions.AuthenticationFailed as error:
+        raise StreamRefused(401, ErrorType.AUTHENTICATION, str(error.detail)) from None
+    if principal is None:
+        raise StreamRefused(401, ErrorType.AUTHENTICATION, "Authentication credentials were not provided.")
+    return principal
+
+
+def find_session(principal: Principal, session_id: str) -> Session:
+    session = Session.objects.filter(workspace_id=principal.workspace_id, pk=session_id).only("id", "last_seq").first()
+    if session is None:
+        raise StreamRefused(404, ErrorType.NOT_FOUND, f"Session {session_id} not found.")
+    return session

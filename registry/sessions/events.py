@@ -1,0 +1,181 @@
+"""The event taxonomy: which types exist, which are portable, and the shapes of user events.
+
+Default dialect: the portable types only, without `seq`/`subpath`. `native-beta`: every public type
+with the full envelope. Internal types never leave the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from registry.core.fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+    TaggedUnionField,
+)
+
+USER_EVENT_TYPES = (
+    "user.message",
+    "user.interrupt",
+    "user.tool_confirmation",
+    "user.custom_tool_result",
+    "user.define_outcome",
+    "user.tool_result",
+)
+PORTABLE_TYPES = frozenset(
+    {
+        *USER_EVENT_TYPES,
+        "agent.message",
+        "agent.thinking",
+        "agent.custom_tool_use",
+        "agent.mcp_tool_use",
+        "agent.mcp_tool_result",
+        "agent.tool_use",
+        "agent.tool_result",
+        "session.status_idle",
+        "session.status_running",
+        "session.status_rescheduled",
+        "session.status_terminated",
+        "session.error",
+    }
+)
+NATIVE_ONLY_TYPES = frozenset(
+    {
+        "span.model_request_start",
+        "span.model_request_end",
+        "span.outcome_evaluation_start",
+        "span.outcome_evaluation_end",
+    }
+)
+PUBLIC_TYPES = PORTABLE_TYPES | NATIVE_ONLY_TYPES
+ENVELOPE_FIELDS = ("seq", "subpath")
+DELTA_TYPES = ("agent.message", "agent.thinking")
+MAX_ITERATIONS_DEFAULT = 3
+MAX_ITERATIONS_LIMIT = 20
+
+
+class TextBlockSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["text"])
+    text = StrictCharField(allow_blank=True, trim_whitespace=False, max_length=1_000_000)
+
+
+class MediaSourceSerializer(StrictSerializer):
+    """Where an image or document comes from: inline base64 or text, a URL, or an uploaded file."""
+
+    type = serializers.ChoiceField(choices=["base64", "text", "url", "file"])
+    media_type = StrictCharField(required=False, max_length=128)
+    data = StrictCharField(required=False, trim_whitespace=False)
+    url = StrictCharField(required=False, max_length=4096)
+    file_id = serializers.RegexField(r"^file_[A-Za-z0-9_-]+$", required=False)
+
+    REQUIRED = {"base64": ("media_type", "data"), "text": ("data",), "url": ("url",), "file": ("file_id",)}
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        missing = [name for name in self.REQUIRED[attrs["type"]] if name not in attrs]
+        if missing:
+            raise serializers.ValidationError({name: ["required for this source type."] for name in missing})
+        return attrs
+
+
+class ImageBlockSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["image"])
+    source = MediaSourceSerializer()
+
+
+class DocumentBlockSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["document"])
+    source = MediaSourceSerializer()
+    context = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    title = StrictCharField(required=False, allow_null=True, allow_blank=True)
+
+
+class CitationsSerializer(StrictSerializer):
+    enabled = StrictBooleanField()
+
+
+class SearchResultBlockSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["search_result"])
+    source = StrictCharField()
+    title = StrictCharField(allow_blank=True)
+    content = TextBlockSerializer(many=True)
+    citations = CitationsSerializer(required=False)
+
+
+MESSAGE_BLOCKS = {"text": TextBlockSerializer, "image": ImageBlockSerializer, "document": DocumentBlockSerializer}
+TOOL_RESULT_BLOCKS = {**MESSAGE_BLOCKS, "search_result": SearchResultBlockSerializer}
+
+
+def block_list(kinds: dict[str, type[serializers.Serializer[Any]]], *, required: bool, name: str) -> Any:
+    return serializers.ListField(
+        child=TaggedUnionField(kinds, component_name=name), required=required, allow_empty=not required
+    )
+
+
+class UserMessageSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["user.message"])
+    content = block_list(MESSAGE_BLOCKS, required=True, name="MessageBlock")
+
+
+class UserInterruptSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["user.interrupt"])
+
+
+class UserToolConfirmationSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["user.tool_confirmation"])
+    tool_use_id = StrictCharField()
+    result = serializers.ChoiceField(choices=["allow", "deny"])
+    deny_message = StrictCharField(required=False, allow_null=True, allow_blank=True)
+
+
+class UserCustomToolResultSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["user.custom_tool_result"])
+    custom_tool_use_id = StrictCharField()
+    content = block_list(TOOL_RESULT_BLOCKS, required=False, name="ToolResultBlock")
+    is_error = StrictBooleanField(required=False, allow_null=True)
+
+
+class UserToolResultSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["user.tool_result"])
+    tool_use_id = StrictCharField()
+    content = block_list(TOOL_RESULT_BLOCKS, required=False, name="ToolResultBlock")
+    is_error = StrictBooleanField(required=False, allow_null=True)
+
+
+class TextRubricSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["text"])
+    content = StrictCharField(max_length=262_144)
+
+
+class FileRubricSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["file"])
+    file_id = serializers.RegexField(r"^file_[A-Za-z0-9_-]+$")
+
+
+class UserDefineOutcomeSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["user.define_outcome"])
+    description = StrictCharField(max_length=10_000)
+    rubric = TaggedUnionField({"text": TextRubricSerializer, "file": FileRubricSerializer}, component_name="Rubric")
+    max_iterations = StrictIntegerField(required=False, allow_null=True, min_value=1, max_value=MAX_ITERATIONS_LIMIT)
+
+
+USER_EVENT_SERIALIZERS: dict[str, type[serializers.Serializer[Any]]] = {
+    "user.message": UserMessageSerializer,
+    "user.interrupt": UserInterruptSerializer,
+    "user.tool_confirmation": UserToolConfirmationSerializer,
+    "user.custom_tool_result": UserCustomToolResultSerializer,
+    "user.define_outcome": UserDefineOutcomeSerializer,
+    "user.tool_result": UserToolResultSerializer,
+}
+INITIAL_EVENT_SERIALIZERS = {key: USER_EVENT_SERIALIZERS[key] for key in ("user.message", "user.define_outcome")}
+
+
+class SendEventsSerializer(StrictSerializer):
+    """`POST /v1/sessions/{id}/events`: one or more user events, accepted or refused together."""
+
+    events = serializers.ListField(
+        child=TaggedUnionField(USER_EVENT_SERIALIZERS, component_name="UserEvent"), min_length=1, max_length=100
+    )

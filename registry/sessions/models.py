@@ -1,0 +1,70 @@
+"""Session and SessionEvent: the event log is the one source of truth for what a session did.
+
+A user event is stored on append with `seq` and `processed_at` null; the runtime's acknowledgment
+gives it both. Every visible event has a `seq`, allocated under a lock on the session row, so the
+visible log is gap-free in commit order.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from registry.core.ids import public_id_field
+from registry.core.models import ArchivableResource
+
+
+class Session(ArchivableResource):
+    class Status(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+        RESCHEDULING = "rescheduling"
+        TERMINATED = "terminated"
+
+    id = public_id_field("sesn")
+    agent = models.ForeignKey("agents.Agent", on_delete=models.PROTECT, related_name="sessions")
+    agent_version = models.PositiveIntegerField()
+    agent_snapshot = models.JSONField(help_text="The agent definition at `agent_version`, as the session runs it.")
+    environment = models.ForeignKey("environments.Environment", on_delete=models.PROTECT, related_name="sessions")
+    harness = models.JSONField(default=dict)
+    title = models.CharField(max_length=512, null=True, blank=True)
+    metadata = models.JSONField(default=dict)
+    vault_ids = models.JSONField(default=list)
+    resources = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
+    stop_reason = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(default=dict)
+    outcome_evaluations = models.JSONField(default=list)
+    active_seconds = models.FloatField(default=0.0)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    # Work for the runtime: user events not yet acknowledged, or a turn whose worker vanished.
+    has_pending_events = models.BooleanField(default=False)
+    lease_owner = models.CharField(max_length=128, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workspace", "created_at", "id"], name="session_list_idx"),
+            models.Index(fields=["has_pending_events", "lease_expires_at"], name="session_work_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class SessionEvent(models.Model):
+    """One event of a session's log; `body` holds the type-specific fields."""
+
+    id = public_id_field("sevt")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField(null=True, blank=True)
+    type = models.CharField(max_length=64)
+    body = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="session_event_seq_unique")]
+        indexes = [models.Index(fields=["session", "processed_at"], name="session_event_pending_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"

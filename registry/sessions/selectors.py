@@ -1,0 +1,107 @@
+"""Reads for sessions: the session object, events in either dialect, the outcome, the stream's reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from registry.core.serialization import timestamp
+from registry.sessions.events import ENVELOPE_FIELDS, PORTABLE_TYPES, PUBLIC_TYPES
+from registry.sessions.models import Session, SessionEvent
+
+PUBLIC_RESOURCE_FIELDS = ("sealed_authorization_token",)
+
+
+def render_session(session: Session) -> dict[str, Any]:
+    finished = session.archived_at or (session.updated_at if session.status == Session.Status.TERMINATED else None)
+    duration = ((finished or timezone.now()) - session.created_at).total_seconds()
+    return {
+        "id": session.id,
+        "type": "session",
+        "agent": {
+            "type": "agent",
+            "id": session.agent_id,
+            "version": session.agent_version,
+            **_agent_fields(session.agent_snapshot),
+        },
+        "environment_id": session.environment_id,
+        "harness": session.harness,
+        "title": session.title,
+        "metadata": session.metadata,
+        "vault_ids": session.vault_ids,
+        "resources": [_public_resource(resource) for resource in session.resources],
+        "status": session.status,
+        "stop_reason": session.stop_reason,
+        "usage": {**session.usage, "active_seconds": session.active_seconds},
+        "stats": {"active_seconds": session.active_seconds, "duration_seconds": duration},
+        "outcome_evaluations": session.outcome_evaluations,
+        "created_at": timestamp(session.created_at),
+        "updated_at": timestamp(session.updated_at),
+        "archived_at": timestamp(session.archived_at),
+    }
+
+
+def _agent_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "name",
+        "description",
+        "model",
+        "system",
+        "tools",
+        "mcp_servers",
+        "skills",
+        "execution_identity",
+        "multiagent",
+    )
+    return {key: spec.get(key) for key in keys}
+
+
+def _public_resource(resource: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in resource.items() if key not in PUBLIC_RESOURCE_FIELDS}
+
+
+def render_event(event: SessionEvent, *, native: bool) -> dict[str, Any]:
+    """An event body; the default dialect drops the transcript envelope (`seq`, `subpath`)."""
+    body = {"id": event.id, "type": event.type, **event.body, "processed_at": timestamp(event.processed_at)}
+    if native:
+        body["seq"] = event.seq
+        body.setdefault("subpath", None)
+    else:
+        for field in ENVELOPE_FIELDS:
+            body.pop(field, None)
+    return body
+
+
+def visible_types(*, native: bool) -> frozenset[str]:
+    return PUBLIC_TYPES if native else PORTABLE_TYPES
+
+
+def events_visible(*, session: Session, native: bool) -> QuerySet[SessionEvent]:
+    """Processed events the caller's dialect may see."""
+    return SessionEvent.objects.filter(session=session, seq__isnull=False, type__in=visible_types(native=native))
+
+
+def events_after(*, session_id: str, after_seq: int, native: bool, limit: int = 500) -> list[SessionEvent]:
+    """The stream's read: visible events after `after_seq`, in order (the last seq read is returned too)."""
+    return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")[:limit])
+
+
+def latest_outcome(session: Session) -> dict[str, Any] | None:
+    """The latest evaluation; a defined outcome not yet evaluated answers with a null verdict."""
+    if session.outcome_evaluations:
+        return dict(session.outcome_evaluations[-1])
+    defined = SessionEvent.objects.filter(session=session, type="user.define_outcome").order_by("-created_at").first()
+    if defined is None:
+        return None
+    return {
+        "type": "outcome_evaluation",
+        "outcome_id": defined.body["outcome_id"],
+        "description": defined.body["description"],
+        "verdict": None,
+        "explanation": None,
+        "iteration": 0,
+        "max_iterations": defined.body["max_iterations"],
+        "evaluated_at": None,
+    }

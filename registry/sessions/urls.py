@@ -1,0 +1,16 @@
+"""URL patterns of /v1/sessions (the event stream is routed to its consumer in settings/asgi.py)."""
+
+from django.urls import path
+
+from registry.core.routing import resource_urls
+from registry.sessions.views import SessionEventViewSet, SessionViewSet
+
+urlpatterns = [
+    *resource_urls("sessions", SessionViewSet, "sesn_id", name="session"),
+    path("sessions/<sesn_id:id>/outcome", SessionViewSet.as_view({"get": "outcome"}), name="session-outcome"),
+    path(
+        "sessions/<sesn_id:id>/events",
+        SessionEventViewSet.as_view({"get": "list", "post": "create"}),
+        name="session-events",
+    ),
+]

@@ -1,0 +1,142 @@
+"""Session endpoints: CRUD, archive (terminates), the outcome, and the event list and append.
+
+The event stream is a Channels consumer (`consumers.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from registry.core.errors import not_found
+from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.pagination import KeysetPagination
+from registry.core.serialization import timestamp
+from registry.core.views import DeleteMixin, WorkspaceViewSet
+from registry.sessions import selectors, services
+from registry.sessions.events import SendEventsSerializer
+from registry.sessions.filters import EventFilter, SessionFilter
+from registry.sessions.models import Session
+from registry.sessions.serializers import (
+    AppendedEventSerializer,
+    EventSerializer,
+    SessionCreateSerializer,
+    SessionSerializer,
+    SessionUpdateSerializer,
+)
+
+NATIVE_HEADER = "HTTP_NATIVE_BETA"
+
+
+def is_native(request: Request) -> bool:
+    """The `native-beta` header is on when present with any non-empty value."""
+    return bool(request.META.get(NATIVE_HEADER, "").strip())
+
+
+@extend_schema_view(
+    create=extend_schema(request=SessionCreateSerializer, responses=SessionSerializer),
+    partial_update=extend_schema(request=SessionUpdateSerializer, responses=SessionSerializer),
+    retrieve=extend_schema(responses=SessionSerializer),
+    list=extend_schema(
+        parameters=LIST_PARAMETERS, responses=list_response("SessionList", SessionSerializer, with_prev_page=True)
+    ),
+    destroy=extend_schema(
+        responses=inline_serializer(
+            "SessionDeleted",
+            {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=["session_deleted"])},
+        )
+    ),
+)
+class SessionViewSet(DeleteMixin, WorkspaceViewSet):
+    model = Session
+    resource_type = "session"
+    render_object = staticmethod(selectors.render_session)
+    serializer_class = SessionSerializer
+    filterset_class = SessionFilter
+    pagination = KeysetPagination(with_prev_page=True)
+
+    def create(self, request: Request) -> Response:
+        body = SessionCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        session = services.session_create(workspace=self.principal.workspace, values=dict(body.validated_data))
+        return Response(self.render(session))
+
+    def partial_update(self, request: Request, id: str) -> Response:
+        session = self.get_object()
+        body = SessionUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(self.render(services.session_update(session=session, values=dict(body.validated_data))))
+
+    @extend_schema(request=None)
+    def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self.render(services.session_archive(session=self.get_object())))
+
+    def perform_delete(self, instance: Session) -> None:
+        services.session_delete(session=instance)
+
+    @extend_schema(
+        responses=inline_serializer(
+            "OutcomeEvaluation",
+            {
+                "type": serializers.ChoiceField(choices=["outcome_evaluation"]),
+                "outcome_id": serializers.CharField(),
+                "description": serializers.CharField(),
+                "verdict": serializers.CharField(allow_null=True),
+                "explanation": serializers.CharField(allow_null=True),
+                "iteration": serializers.IntegerField(),
+                "max_iterations": serializers.IntegerField(),
+                "evaluated_at": serializers.DateTimeField(allow_null=True),
+            },
+        )
+    )
+    def outcome(self, request: Request, id: str) -> Response:
+        outcome = selectors.latest_outcome(self.get_object())
+        if outcome is None:
+            raise not_found(f"Session {id} has no outcome defined.")
+        return Response(outcome)
+
+
+class SessionEventViewSet(WorkspaceViewSet):
+    """`GET` and `POST /v1/sessions/{id}/events`."""
+
+    model = Session
+    resource_type = "session"
+    operation_name = "session_event"
+    archivable = False
+    pagination = KeysetPagination(keys=("seq",), default_order="asc", with_prev_page=True)
+
+    @extend_schema(
+        parameters=[*LIST_PARAMETERS[:3], OpenApiParameter("types", OpenApiTypes.STR, many=True)],
+        responses=list_response("SessionEventList", EventSerializer, with_prev_page=True),
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        session = self.get_object()
+        native = is_native(request)
+        events = EventFilter(request.query_params, queryset=selectors.events_visible(session=session, native=native))
+        if not events.is_valid():
+            raise serializers.ValidationError(events.errors)
+        rows, links = self.pagination.paginate(events.qs, request)
+        return KeysetPagination.response([selectors.render_event(event, native=native) for event in rows], links)
+
+    @extend_schema(
+        request=SendEventsSerializer,
+        responses=inline_serializer("SentEvents", {"data": AppendedEventSerializer(many=True)}),
+    )
+    def create(self, request: Request, id: str) -> Response:
+        session = self.get_object()
+        body = SendEventsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        created = services.events_append(session=session, events=body.validated_data["events"])
+        return Response(
+            {
+                "data": [
+                    {"id": event.id, "type": event.type, "processed_at": timestamp(event.processed_at)}
+                    for event in created
+                ]
+            }
+        )
