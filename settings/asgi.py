@@ -17,7 +17,7 @@ application = ProtocolTypeRouter(
         "http": URLRouter(
             [
                 path("v1/sessions/<sesn_id:id>/events/stream", SessionStreamConsumer.as_asgi()),
-                re_path(r"", django_application),
+                re_path(r"", django_application),  # type: ignore[arg-type]
             ]
         )
     }

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "registry.agents",
     "registry.environments",
     "registry.sessions",
+    "registry.runtime",
     "registry.discovery",
     "gatewayproxy",
 ]
@@ -104,6 +105,11 @@ TEMPLATES = [
 def database_settings(url: str) -> dict[str, Any]:
     """Parse DATABASE_URL; SQLite gets WAL mode and a busy timeout for multi-process writes."""
     config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+    if config["ENGINE"] == "django.db.backends.postgresql" and env_bool("DATABASE_POOL", True):
+        # Under ASGI every request runs in its own thread: a pool, not per-thread connections, is reused.
+        config["CONN_MAX_AGE"] = 0
+        config["CONN_HEALTH_CHECKS"] = False
+        config["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env_int("DATABASE_POOL_SIZE", 20), "timeout": 10}}
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["CONN_MAX_AGE"] = 0
         config["OPTIONS"] = {
@@ -155,6 +161,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Agent registry API",
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema is served like every other operation: to a caller with a credential.
+    "SERVE_AUTHENTICATION": ["registry.core.authentication.WorkspaceAuthentication"],
+    "SERVE_PERMISSIONS": ["registry.core.authentication.IsWorkspaceMember"],
     "COMPONENT_SPLIT_REQUEST": True,
     # Enums stay inline: dozens of single-value `type` discriminators would otherwise collide by name.
     "POSTPROCESSING_HOOKS": [],

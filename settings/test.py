@@ -8,7 +8,12 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 from settings.base import *  # noqa: F403
 from settings.base import DATABASES
 
-# Each pytest-django test database is created fresh; persistent connections only slow teardown.
+# The pytest process itself uses plain connections (a pool would hold the test database open at
+# teardown); live servers started by tests run `settings.base`, pooled.
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+DATABASES["default"].get("OPTIONS", {}).pop("pool", None)
+# One test database per pytest process, so concurrent runs on one machine never collide.
+# Live servers started by tests read the real name from `connection.settings_dict["NAME"]`.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("REGISTRY_TEST_DB_NAME") or f"test_registry_{os.getpid()}"}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -21,7 +21,7 @@ def list_response(name: str, item: type[serializers.BaseSerializer[Any]], *, wit
     if with_prev_page:
         fields["prev_page"] = serializers.CharField(allow_null=True)
     # many=False: the envelope is one object, though spectacular wraps a `list` action's response in an array.
-    return extend_schema_serializer(many=False)(inline_serializer(name, fields))
+    return extend_schema_serializer(many=False)(inline_serializer(name, fields))  # type: ignore[type-var]
 
 
 LIST_PARAMETERS = [

@@ -8,10 +8,8 @@ delays an event. It ends when the client goes away or after the session's termin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,6 +19,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.http import HttpRequest
 from rest_framework import exceptions as drf_exceptions
 
 from registry.core.authentication import Principal, WorkspaceAuthentication
@@ -30,6 +29,7 @@ from registry.sessions import selectors
 from registry.sessions.events import DELTA_TYPES
 from registry.sessions.models import Session
 from registry.sessions.notify import group_name
+from registry.sessions.tail import tail_for
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ class SessionStreamConsumer(AsyncHttpConsumer):
         except StreamRefused as refusal:
             await self.refuse(refusal)
             raise StopConsumer() from None
+        except Exception:
+            logger.exception("stream could not open")
+            await self.refuse(StreamRefused(500, ErrorType.API, "Internal server error."))
+            raise StopConsumer() from None
 
     async def http_disconnect(self, message: dict[str, Any]) -> None:
         for task in getattr(self, "tasks", []):
@@ -90,6 +94,9 @@ class SessionStreamConsumer(AsyncHttpConsumer):
         except ValueError as error:
             raise StreamRefused(400, ErrorType.INVALID_REQUEST, str(error)) from None
         self.last_seq = (cursor - 1) if cursor is not None else session.last_seq
+        self.tail = tail_for(session_id)
+        if cursor is None:
+            await self.tail.seed(session.last_seq)
         self.last_write = time.monotonic()
         self.wake = asyncio.Event()
         self.send_lock = asyncio.Lock()
@@ -117,13 +124,17 @@ class SessionStreamConsumer(AsyncHttpConsumer):
         poll = settings.REGISTRY_STREAM_POLL_SECONDS
         keepalive = settings.REGISTRY_STREAM_KEEPALIVE_SECONDS
         try:
+            max_age = 0.0
             while True:
                 self.wake.clear()
-                if await self.catch_up():
+                if await self.catch_up(max_age=max_age):
                     await self.finish()
                     return
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(self.wake.wait(), timeout=poll)
+                    max_age = 0.0  # woken: read the database after the wake-up
+                except TimeoutError:
+                    max_age = poll / 2  # timer: another stream's recent read will do
                 if time.monotonic() - self.last_write >= keepalive:
                     await self.write(b": ping\n\n")
         except asyncio.CancelledError:
@@ -132,21 +143,20 @@ class SessionStreamConsumer(AsyncHttpConsumer):
             logger.exception("stream %s failed", getattr(self, "session_id", "?"))
             await self.finish()
 
-    async def catch_up(self) -> bool:
+    async def catch_up(self, *, max_age: float) -> bool:
         """Send every event after the last sent seq; True once the terminal event went out."""
+        visible = selectors.visible_types(native=self.native)
         while True:
-            batch = await database_sync_to_async(selectors.events_after)(
-                session_id=self.session_id, after_seq=self.last_seq, native=self.native
-            )
+            batch = await self.tail.events_after(self.last_seq, max_age=max_age)
             if not batch:
                 return False
-            visible = selectors.visible_types(native=self.native)
             for event in batch:
                 if event.type in visible:
                     await self.write(sse_frame(selectors.render_event(event, native=self.native), seq=event.seq))
                 self.last_seq = event.seq or self.last_seq
                 if event.type == TERMINAL_TYPE:
                     return True
+            max_age = float("inf")  # the rest of this catch-up may come from what is cached
 
     async def write(self, data: bytes) -> None:
         async with self.send_lock:
@@ -199,7 +209,9 @@ class StreamRefused(Exception):
 
 @database_sync_to_async
 def _authenticate(meta: dict[str, str]) -> Principal | None:
-    result = WorkspaceAuthentication().authenticate(SimpleNamespace(META=meta))  # type: ignore[arg-type]
+    request = HttpRequest()
+    request.META = meta
+    result = WorkspaceAuthentication().authenticate(request)  # type: ignore[arg-type]
     return result[0] if result else None
 
 

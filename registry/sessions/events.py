@@ -6,6 +6,7 @@ with the full envelope. Internal types never leave the server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
@@ -68,7 +69,7 @@ class MediaSourceSerializer(StrictSerializer):
 
     type = serializers.ChoiceField(choices=["base64", "text", "url", "file"])
     media_type = StrictCharField(required=False, max_length=128)
-    data = StrictCharField(required=False, trim_whitespace=False)
+    data = StrictCharField(required=False, trim_whitespace=False)  # type: ignore[assignment]
     url = StrictCharField(required=False, max_length=4096)
     file_id = serializers.RegexField(r"^file_[A-Za-z0-9_-]+$", required=False)
 
@@ -83,13 +84,13 @@ class MediaSourceSerializer(StrictSerializer):
 
 class ImageBlockSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["image"])
-    source = MediaSourceSerializer()
+    source = MediaSourceSerializer()  # type: ignore[assignment]
 
 
 class DocumentBlockSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["document"])
-    source = MediaSourceSerializer()
-    context = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    source = MediaSourceSerializer()  # type: ignore[assignment]
+    context = StrictCharField(required=False, allow_null=True, allow_blank=True)  # type: ignore[assignment]
     title = StrictCharField(required=False, allow_null=True, allow_blank=True)
 
 
@@ -99,7 +100,7 @@ class CitationsSerializer(StrictSerializer):
 
 class SearchResultBlockSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["search_result"])
-    source = StrictCharField()
+    source = StrictCharField()  # type: ignore[assignment]
     title = StrictCharField(allow_blank=True)
     content = TextBlockSerializer(many=True)
     citations = CitationsSerializer(required=False)
@@ -109,7 +110,7 @@ MESSAGE_BLOCKS = {"text": TextBlockSerializer, "image": ImageBlockSerializer, "d
 TOOL_RESULT_BLOCKS = {**MESSAGE_BLOCKS, "search_result": SearchResultBlockSerializer}
 
 
-def block_list(kinds: dict[str, type[serializers.Serializer[Any]]], *, required: bool, name: str) -> Any:
+def block_list(kinds: Mapping[str, type[serializers.Serializer[Any]]], *, required: bool, name: str) -> Any:
     return serializers.ListField(
         child=TaggedUnionField(kinds, component_name=name), required=required, allow_empty=not required
     )

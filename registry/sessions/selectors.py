@@ -83,8 +83,8 @@ def events_visible(*, session: Session, native: bool) -> QuerySet[SessionEvent]:
     return SessionEvent.objects.filter(session=session, seq__isnull=False, type__in=visible_types(native=native))
 
 
-def events_after(*, session_id: str, after_seq: int, native: bool, limit: int = 500) -> list[SessionEvent]:
-    """The stream's read: visible events after `after_seq`, in order (the last seq read is returned too)."""
+def events_after(*, session_id: str, after_seq: int, limit: int = 500) -> list[SessionEvent]:
+    """The stream's read: every event after `after_seq` in seq order (the stream filters by dialect)."""
     return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")[:limit])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer, TaggedUnionField
@@ -18,6 +19,23 @@ class AgentReferenceSerializer(StrictSerializer):
     version = StrictIntegerField(required=False, allow_null=True, min_value=1)
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "pattern": AGENT_ID},
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["agent"]},
+                    "id": {"type": "string", "pattern": AGENT_ID},
+                    "version": {"type": "integer", "minimum": 1, "nullable": True},
+                },
+                "required": ["type", "id"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+)
 class AgentReferenceField(serializers.Field):  # type: ignore[type-arg]
     """`agent`: an agent id (its latest version) or `{type: "agent", id, version}`."""
 

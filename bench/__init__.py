@@ -1,0 +1,1 @@
+"""Benchmarks of the project, one package per component (`python -m bench.<component>`)."""

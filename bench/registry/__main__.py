@@ -1,0 +1,251 @@
+"""`python -m bench.registry`: 10,000 agents in one workspace on PostgreSQL, read through daphne on loopback.
+
+Measures client-side p50/p99 of one agent and of a list page of 20 over keep-alive HTTP, counts the SQL
+queries of the same requests in-process for page sizes 1, 20 and 100, and writes RESULTS.md beside this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+
+SERVER_URL = "postgres://postgres@127.0.0.1:5432"
+DATABASE_NAME = "registry_bench"
+AGENT_COUNT = 10_000
+PAGE_SIZES = (1, 20, 100)
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+RESULTS_FILE = Path(__file__).with_name("RESULTS.md")
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Client-side timings of one request shape, in milliseconds."""
+
+    name: str
+    path: str
+    p50: float
+    p99: float
+    mean: float
+    requests: int
+
+
+# -- database ---------------------------------------------------------------------------------
+
+
+def recreate_database() -> str:
+    """A fresh, empty scratch database; returns its URL."""
+    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE_NAME}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+    return f"{SERVER_URL}/{DATABASE_NAME}"
+
+
+def setup_django(database_url: str) -> None:
+    """Configure this process on the bench database (embedded defaults otherwise) and migrate it."""
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.pop("REDIS_URL", None)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "settings.base"
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def seed_agents(count: int) -> tuple[str, str, str]:
+    """One workspace with `count` agents; returns (api_key, workspace id, id of one agent)."""
+    from registry.agents.models import Agent, AgentVersion
+    from registry.agents.services import build_spec
+    from registry.workspaces.services import workspace_create
+
+    workspace, issued = workspace_create(name="bench")
+    agents = [
+        Agent(workspace=workspace, name=f"agent-{index}", spec=spec)
+        for index in range(count)
+        for spec in [bench_spec(build_spec, index)]
+    ]
+    Agent.objects.bulk_create(agents, batch_size=1000)
+    AgentVersion.objects.bulk_create(
+        [AgentVersion(agent=agent, version=1, spec=agent.spec) for agent in agents], batch_size=1000
+    )
+    return issued.plaintext, workspace.id, agents[count // 2].id
+
+
+def bench_spec(build_spec: object, index: int) -> dict[str, object]:
+    """A realistic definition: a system prompt, the built-in toolset and one custom tool."""
+    values = {
+        "name": f"agent-{index}",
+        "model": {"id": "claude-sonnet-4-5", "effort": {"type": "high"}, "inference_geo": None, "speed": "standard"},
+        "system": "You are a careful assistant. " * 20,
+        "tools": [
+            {"type": "agent_toolset_20260401"},
+            {
+                "type": "custom",
+                "name": "lookup",
+                "description": "Look a record up.",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        ],
+        "metadata": {"team": "bench", "index": str(index)},
+    }
+    return build_spec(values)  # type: ignore[operator, no-any-return]
+
+
+# -- queries per request (in-process) ---------------------------------------------------------
+
+
+def count_queries(api_key: str, path: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_X_API_KEY=api_key)
+    client.get(path)  # the first request may refresh the key's last_used_at; count a steady one
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(path)
+    assert response.status_code == 200, response.content
+    return len(captured.captured_queries)
+
+
+# -- latency through daphne -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def daphne(database_url: str) -> Iterator[int]:
+    """The registry under daphne on a loopback port, until the block ends."""
+    port = free_port()
+    environment = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "settings.base"}
+    environment.pop("REDIS_URL", None)
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "settings.asgi:application"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # daphne logs every request
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=environment, **quiet)
+    try:
+        wait_until_healthy(port)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def wait_until_healthy(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/healthz")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("daphne did not become healthy")
+
+
+def measure(port: int, api_key: str, name: str, path: str, requests: int, warmup: int) -> Latency:
+    """Sequential GETs on one keep-alive connection; each timing includes reading the whole body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"x-api-key": api_key}
+    timings: list[float] = []
+    for index in range(warmup + requests):
+        started = time.perf_counter()
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status != 200:
+            raise RuntimeError(f"{path} answered {response.status}")
+        if index >= warmup:
+            timings.append(elapsed)
+    connection.close()
+    percentiles = statistics.quantiles(timings, n=100)
+    return Latency(name, path, statistics.median(timings), percentiles[98], statistics.fmean(timings), requests)
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def machine_description() -> list[str]:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor() or "unknown",
+    )
+    with psycopg.connect(f"{SERVER_URL}/postgres") as connection:
+        row = connection.execute("SHOW server_version").fetchone()
+    return [
+        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- CPU: {cpu}, {os.cpu_count()} logical cores; OS: {platform.platform()}",
+        f"- Python {platform.python_version()}, PostgreSQL {row[0] if row else '?'} on 127.0.0.1 (same machine)",
+        "- Server: `python -m daphne settings.asgi:application` (settings.base, no Redis), one process",
+        "- Client: `http.client` on one keep-alive connection, sequential requests, header `x-api-key`",
+    ]
+
+
+def render(latencies: list[Latency], queries: dict[str, dict[int, int]]) -> str:
+    lines = ["# Registry benchmark", "", *machine_description(), ""]
+    lines += [f"{AGENT_COUNT:,} agents in one workspace.", "", "## Latency at the client (loopback)", ""]
+    lines += ["| request | requests | p50 ms | p99 ms | mean ms |", "|---|---|---|---|---|"]
+    lines += [
+        f"| {item.name} (`{item.path}`) | {item.requests} | {item.p50:.2f} | {item.p99:.2f} | {item.mean:.2f} |"
+        for item in latencies
+    ]
+    lines += ["", "## SQL queries per request (in-process, DRF test client)", ""]
+    lines += ["| request | " + " | ".join(f"limit={size}" for size in PAGE_SIZES) + " |"]
+    lines += ["|---|" + "---|" * len(PAGE_SIZES)]
+    lines += [
+        f"| {name} | " + " | ".join(str(counts[size]) for size in PAGE_SIZES) + " |" for name, counts in queries.items()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--agents", type=int, default=AGENT_COUNT)
+    arguments = parser.parse_args()
+
+    database_url = recreate_database()
+    setup_django(database_url)
+    api_key, _, agent_id = seed_agents(arguments.agents)
+    one_agent, list_page = f"/v1/agents/{agent_id}", "/v1/agents?limit=20"
+    queries = {
+        "GET one agent": {size: count_queries(api_key, one_agent) for size in PAGE_SIZES},
+        "GET agent list page": {size: count_queries(api_key, f"/v1/agents?limit={size}") for size in PAGE_SIZES},
+    }
+    with daphne(database_url) as port:
+        latencies = [
+            measure(port, api_key, "GET one agent", one_agent, arguments.requests, arguments.warmup),
+            measure(port, api_key, "GET list page of 20", list_page, arguments.requests, arguments.warmup),
+        ]
+    report = render(latencies, queries)
+    RESULTS_FILE.write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

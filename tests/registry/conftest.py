@@ -1,0 +1,43 @@
+"""Fixtures of the registry tests: a real OIDC provider on loopback, and the registry pointed at it."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.registry.oidc_provider import RunningProvider
+
+REGISTRY_CLIENT_ID = "agent-registry"
+
+
+@pytest.fixture(scope="session")
+def oidc_provider() -> Iterator[RunningProvider]:
+    """One provider for the session: generating its RSA key is the slow part."""
+    running = RunningProvider()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def oidc(oidc_provider: RunningProvider, settings: Any) -> RunningProvider:
+    """The registry configured from the provider's discovery document (restored after the test)."""
+    document = oidc_provider.discovery()
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = document["authorization_endpoint"]
+    settings.OIDC_OP_TOKEN_ENDPOINT = document["token_endpoint"]
+    settings.OIDC_OP_USER_ENDPOINT = document["userinfo_endpoint"]
+    settings.OIDC_OP_JWKS_ENDPOINT = document["jwks_uri"]
+    settings.OIDC_RP_CLIENT_ID = REGISTRY_CLIENT_ID
+    settings.OIDC_RP_CLIENT_SECRET = oidc_provider.register_client(REGISTRY_CLIENT_ID).client_secret
+    return oidc_provider
+
+
+@pytest.fixture
+def refusing_url() -> Iterator[str]:
+    """A loopback URL whose port is bound but not listening, so every connection is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
+        bound.bind(("127.0.0.1", 0))
+        host, port = bound.getsockname()
+        yield f"http://{host}:{port}/userinfo"
