@@ -8,27 +8,20 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
-import platform
-import socket
-import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
+from bench.common import daphne, machine_description, p50_p99_mean, recreate_database, setup_django
 
-SERVER_URL = "postgres://postgres@127.0.0.1:5432"
 DATABASE_NAME = "registry_bench"
 AGENT_COUNT = 10_000
 PAGE_SIZES = (1, 20, 100)
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_FILE = Path(__file__).with_name("RESULTS.md")
+SETUP = [
+    "- Server: `python -m daphne settings.asgi:application` (settings.base, pooled connections, no Redis)",
+    "- Client: `http.client` on one keep-alive connection, sequential requests, header `x-api-key`",
+]
 
 
 @dataclass(frozen=True)
@@ -46,24 +39,8 @@ class Latency:
 # -- database ---------------------------------------------------------------------------------
 
 
-def recreate_database() -> str:
-    """A fresh, empty scratch database; returns its URL."""
-    with psycopg.connect(f"{SERVER_URL}/postgres", autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{DATABASE_NAME}" WITH (FORCE)')
-        connection.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
-    return f"{SERVER_URL}/{DATABASE_NAME}"
 
 
-def setup_django(database_url: str) -> None:
-    """Configure this process on the bench database (embedded defaults otherwise) and migrate it."""
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.pop("REDIS_URL", None)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "settings.base"
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
 
 
 def seed_agents(count: int) -> tuple[str, str, str]:
@@ -125,41 +102,10 @@ def count_queries(api_key: str, path: str) -> int:
 # -- latency through daphne -------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
-@contextmanager
-def daphne(database_url: str) -> Iterator[int]:
-    """The registry under daphne on a loopback port, until the block ends."""
-    port = free_port()
-    environment = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "settings.base"}
-    environment.pop("REDIS_URL", None)
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "settings.asgi:application"]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # daphne logs every request
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=environment, **quiet)
-    try:
-        wait_until_healthy(port)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
-def wait_until_healthy(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            connection.request("GET", "/healthz")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("daphne did not become healthy")
 
 
 def measure(port: int, api_key: str, name: str, path: str, requests: int, warmup: int) -> Latency:
@@ -178,35 +124,16 @@ def measure(port: int, api_key: str, name: str, path: str, requests: int, warmup
         if index >= warmup:
             timings.append(elapsed)
     connection.close()
-    percentiles = statistics.quantiles(timings, n=100)
-    return Latency(name, path, statistics.median(timings), percentiles[98], statistics.fmean(timings), requests)
+    return Latency(name, path, *p50_p99_mean(timings), requests)
 
 
 # -- report -----------------------------------------------------------------------------------
 
 
-def machine_description() -> list[str]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor() or "unknown",
-    )
-    with psycopg.connect(f"{SERVER_URL}/postgres") as connection:
-        row = connection.execute("SHOW server_version").fetchone()
-    return [
-        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- CPU: {cpu}, {os.cpu_count()} logical cores; OS: {platform.platform()}",
-        f"- Python {platform.python_version()}, PostgreSQL {row[0] if row else '?'} on 127.0.0.1 (same machine)",
-        "- Server: `python -m daphne settings.asgi:application` (settings.base, no Redis), one process",
-        "- Client: `http.client` on one keep-alive connection, sequential requests, header `x-api-key`",
-    ]
 
 
 def render(latencies: list[Latency], queries: dict[str, dict[int, int]]) -> str:
-    lines = ["# Registry benchmark", "", *machine_description(), ""]
+    lines = ["# Registry benchmark", "", *machine_description(), *SETUP, ""]
     lines += [f"{AGENT_COUNT:,} agents in one workspace.", "", "## Latency at the client (loopback)", ""]
     lines += ["| request | requests | p50 ms | p99 ms | mean ms |", "|---|---|---|---|---|"]
     lines += [
@@ -229,7 +156,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=AGENT_COUNT)
     arguments = parser.parse_args()
 
-    database_url = recreate_database()
+    database_url = recreate_database(DATABASE_NAME)
     setup_django(database_url)
     api_key, _, agent_id = seed_agents(arguments.agents)
     one_agent, list_page = f"/v1/agents/{agent_id}", "/v1/agents?limit=20"

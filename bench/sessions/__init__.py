@@ -1,0 +1,1 @@
+"""Session benchmarks: event append throughput and stream fan-out latency."""

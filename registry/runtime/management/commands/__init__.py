@@ -1,0 +1,1 @@
+"""`runsessions`: the runtime worker loop."""

@@ -1,0 +1,90 @@
+"""Calls to an agent's MCP servers with the `mcp` SDK client over Streamable HTTP.
+
+The worker is synchronous, so each call runs its own short event loop. Session vaults are not
+consulted yet (there is no vault store to read credentials from): servers are called without auth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types
+from mcp import Client
+
+
+class McpUnavailable(Exception):
+    """An MCP server could not be reached or answered with a protocol error."""
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """A tool one of the agent's MCP servers offers."""
+
+    server_name: str
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class McpToolOutcome:
+    """What an MCP tool call returned, as session content blocks."""
+
+    content: list[dict[str, Any]]
+    is_error: bool
+
+
+def list_tools(*, server_name: str, url: str, timeout: float) -> list[McpTool]:
+    """Every tool the server lists, across pages."""
+    return _run(_list_tools(server_name, url, timeout), server_name, timeout)
+
+
+def call_tool(*, server_name: str, url: str, name: str, arguments: dict[str, Any], timeout: float) -> McpToolOutcome:
+    return _run(_call_tool(url, name, arguments, timeout), server_name, timeout)
+
+
+def _run(coroutine: Any, server_name: str, timeout: float) -> Any:
+    try:
+        return asyncio.run(asyncio.wait_for(coroutine, timeout=timeout))
+    except Exception as error:  # the SDK raises transport, protocol and validation errors alike
+        raise McpUnavailable(f"MCP server {server_name!r} failed: {_describe(error)}") from error
+
+
+def _describe(error: BaseException) -> str:
+    """The innermost causes of an error; the SDK wraps transport errors in exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in error.exceptions)
+    return f"{type(error).__name__}: {error}"
+
+
+async def _list_tools(server_name: str, url: str, timeout: float) -> list[McpTool]:
+    tools: list[McpTool] = []
+    async with Client(url, read_timeout_seconds=timeout) as client:
+        cursor: str | None = None
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(
+                McpTool(server_name, tool.name, tool.description or "", dict(tool.input_schema)) for tool in page.tools
+            )
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+
+async def _call_tool(url: str, name: str, arguments: dict[str, Any], timeout: float) -> McpToolOutcome:
+    async with Client(url, read_timeout_seconds=timeout) as client:
+        result = await client.call_tool(name, arguments)
+    return McpToolOutcome(content=[content_block(item) for item in result.content], is_error=bool(result.is_error))
+
+
+def content_block(item: Any) -> dict[str, Any]:
+    """An MCP content item as a session content block: text and images map; others become JSON text."""
+    if isinstance(item, mcp_types.TextContent):
+        return {"type": "text", "text": item.text}
+    if isinstance(item, mcp_types.ImageContent):
+        return {"type": "image", "source": {"type": "base64", "media_type": item.mime_type, "data": item.data}}
+    dumped = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {"type": "text", "text": json.dumps(dumped)}

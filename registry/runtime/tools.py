@@ -1,0 +1,96 @@
+"""The tools a turn offers the model: the agent's custom tools and its MCP servers' tools.
+
+Built-in toolset tools (`agent_toolset_20260401`: bash, edit, ...) run in a sandbox this runtime
+does not provide, so they are not offered. MCP tools are gated by the toolset's permission policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.runtime.mcp_client import McpTool, McpUnavailable
+
+logger = logging.getLogger(__name__)
+
+ToolLister = Callable[[str, str], list[McpTool]]
+
+
+@dataclass(frozen=True)
+class McpEntry:
+    """An MCP tool the model may call, with the server's URL and the policy that gates it."""
+
+    tool: McpTool
+    url: str
+    policy: str
+
+    @property
+    def evaluated_permission(self) -> str:
+        """`always_ask` pauses for a confirmation; `always_allow` and `auto` run at once."""
+        return "ask" if self.policy == "always_ask" else "allow"
+
+    def evaluation(self) -> dict[str, Any]:
+        if self.policy == "auto":
+            return {"type": "auto", "evaluated_permission": self.evaluated_permission}
+        return {"type": self.policy}
+
+
+@dataclass
+class ToolCatalog:
+    """Custom tools and MCP tools by the name the model sees, plus the servers that failed to list."""
+
+    custom: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mcp: dict[str, McpEntry] = field(default_factory=dict)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def model_tools(self) -> list[dict[str, Any]]:
+        """The `tools` of a vendor-B request."""
+        tools = [
+            {"name": name, "description": tool.get("description", ""), "input_schema": tool["input_schema"]}
+            for name, tool in self.custom.items()
+        ]
+        tools.extend(
+            {"name": name, "description": entry.tool.description, "input_schema": entry.tool.input_schema}
+            for name, entry in self.mcp.items()
+        )
+        return tools
+
+
+def tool_config(toolset: dict[str, Any], tool_name: str) -> dict[str, Any]:
+    """The per-tool config of an MCP toolset, falling back to its `default_config`."""
+    default = toolset.get("default_config") or {}
+    for config in toolset.get("configs") or []:
+        if config.get("name") == tool_name:
+            return {**default, **{key: value for key, value in config.items() if value is not None}}
+    return default
+
+
+def build_catalog(agent: dict[str, Any], list_tools: ToolLister) -> ToolCatalog:
+    """List every MCP toolset's server; a server that fails is recorded and its tools left out."""
+    catalog = ToolCatalog(custom={tool["name"]: tool for tool in agent.get("tools") or [] if tool["type"] == "custom"})
+    urls = {server["name"]: server["url"] for server in agent.get("mcp_servers") or []}
+    for toolset in agent.get("tools") or []:
+        if toolset["type"] != "mcp_toolset" or toolset["mcp_server_name"] not in urls:
+            continue
+        server_name = toolset["mcp_server_name"]
+        try:
+            listed = list_tools(server_name, urls[server_name])
+        except McpUnavailable as error:
+            catalog.failures.append((server_name, str(error)))
+            continue
+        for tool in listed:
+            _add_mcp_tool(catalog, toolset, tool, urls[server_name])
+    return catalog
+
+
+def _add_mcp_tool(catalog: ToolCatalog, toolset: dict[str, Any], tool: McpTool, url: str) -> None:
+    config = tool_config(toolset, tool.name)
+    if config.get("enabled") is False:
+        return
+    if tool.name in catalog.custom or tool.name in catalog.mcp:
+        logger.warning("MCP tool %s of %s is shadowed by another tool of that name", tool.name, tool.server_name)
+        return
+    policy = (config.get("permission_policy") or {}).get("type") or "always_ask"
+    catalog.mcp[tool.name] = McpEntry(tool=tool, url=url, policy=policy)

@@ -1,0 +1,147 @@
+"""The transcript: a session's visible events read as vendor-B messages, and what the turn owes next.
+
+Pure functions over the events (no queries), so a worker that picks up an orphaned turn derives the
+same state from the log as the worker that died.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.sessions.models import SessionEvent
+
+# Events after which earlier unanswered tool calls no longer hold the turn up.
+BOUNDARY_TYPES = ("user.message", "user.define_outcome", "user.interrupt")
+TOOL_USE_TYPES = ("agent.custom_tool_use", "agent.mcp_tool_use")
+INTERRUPTED_RESULT = "The tool call was abandoned: the turn was interrupted or superseded by new input."
+
+
+def outcome_prompt(body: dict[str, Any]) -> str:
+    """The user-role text that asks the agent to work toward a defined outcome."""
+    return f"Work toward this outcome: {body['description']}\n\nYour work will be graded against this rubric:\n" + (
+        rubric_text(body["rubric"])
+    )
+
+
+def rubric_text(rubric: dict[str, Any]) -> str:
+    if rubric["type"] == "text":
+        return str(rubric["content"])
+    return f"(the rubric is in file {rubric['file_id']}, which this runtime cannot read)"
+
+
+def feedback_prompt(body: dict[str, Any]) -> str:
+    """The user-role text that carries a `needs_revision` verdict back to the agent."""
+    return (
+        f"The outcome is not satisfied yet (evaluation {body['iteration'] + 1}). Grader feedback:\n"
+        f"{body['explanation']}\n\nRevise your work to satisfy the rubric."
+    )
+
+
+class MessageBuilder:
+    """Accumulates messages, merging consecutive content of one role and pairing tool calls with results."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.open_tool_uses: list[str] = []
+
+    def add(self, role: str, block: dict[str, Any]) -> None:
+        if self.messages and self.messages[-1]["role"] == role:
+            self.messages[-1]["content"].append(block)
+        else:
+            self.messages.append({"role": role, "content": [block]})
+
+    def tool_use(self, event: SessionEvent) -> None:
+        self.add(
+            "assistant", {"type": "tool_use", "id": event.id, "name": event.body["name"], "input": event.body["input"]}
+        )
+        self.open_tool_uses.append(event.id)
+
+    def tool_result(self, tool_use_id: str, content: list[dict[str, Any]] | None, is_error: bool | None) -> None:
+        """A result answers an open call; one for a call already closed (abandoned) is dropped."""
+        if tool_use_id not in self.open_tool_uses:
+            return
+        self.open_tool_uses.remove(tool_use_id)
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "is_error": bool(is_error)}
+        if content:
+            block["content"] = content
+        self.add("user", block)
+
+    def user_content(self, blocks: list[dict[str, Any]]) -> None:
+        """New user input closes every call still open, so the transcript stays well formed."""
+        for tool_use_id in list(self.open_tool_uses):
+            self.tool_result(tool_use_id, [{"type": "text", "text": INTERRUPTED_RESULT}], True)
+        for block in blocks:
+            self.add("user", block)
+
+
+def build_messages(events: list[SessionEvent]) -> list[dict[str, Any]]:
+    """The vendor-B `messages` for the visible events, in order."""
+    builder = MessageBuilder()
+    for event in events:
+        body = event.body
+        if event.type == "user.message":
+            builder.user_content(body["content"])
+        elif event.type == "user.define_outcome":
+            builder.user_content([{"type": "text", "text": outcome_prompt(body)}])
+        elif event.type == "span.outcome_evaluation_end" and body.get("result") == "needs_revision":
+            builder.user_content([{"type": "text", "text": feedback_prompt(body)}])
+        elif event.type == "agent.message":
+            for block in body["content"]:
+                builder.add("assistant", block)
+        elif event.type in TOOL_USE_TYPES:
+            builder.tool_use(event)
+        elif event.type == "user.custom_tool_result":
+            builder.tool_result(body["custom_tool_use_id"], body.get("content"), body.get("is_error"))
+        elif event.type == "agent.mcp_tool_result":
+            builder.tool_result(body["mcp_tool_use_id"], body.get("content"), body.get("is_error"))
+    return builder.messages
+
+
+def awaits_model(messages: list[dict[str, Any]]) -> bool:
+    """The model speaks next when the transcript ends with user-role content."""
+    return bool(messages) and messages[-1]["role"] == "user"
+
+
+@dataclass
+class ToolWork:
+    """Unanswered tool calls of the current turn, sorted by what answers them."""
+
+    blocking: list[str] = field(default_factory=list)  # wait for the client: results or confirmations
+    runnable: list[SessionEvent] = field(default_factory=list)  # MCP calls the runtime makes now
+    denied: list[tuple[SessionEvent, SessionEvent]] = field(default_factory=list)  # (call, the confirmation)
+
+
+def tool_work(events: list[SessionEvent]) -> ToolWork:
+    """Calls after the last turn boundary that no result answers yet."""
+    boundary = max((index for index, event in enumerate(events) if event.type in BOUNDARY_TYPES), default=-1)
+    answered = {event.body.get("custom_tool_use_id") for event in events if event.type == "user.custom_tool_result"}
+    answered |= {event.body.get("mcp_tool_use_id") for event in events if event.type == "agent.mcp_tool_result"}
+    confirmations = {event.body["tool_use_id"]: event for event in events if event.type == "user.tool_confirmation"}
+    work = ToolWork()
+    for call in events[boundary + 1 :]:
+        if call.type not in TOOL_USE_TYPES or call.id in answered:
+            continue
+        confirmation = confirmations.get(call.id)
+        if call.type == "agent.custom_tool_use" or (call.body["evaluated_permission"] == "ask" and not confirmation):
+            work.blocking.append(call.id)
+        elif confirmation is not None and confirmation.body["result"] == "deny":
+            work.denied.append((call, confirmation))
+        else:
+            work.runnable.append(call)
+    return work
+
+
+def turn_graded(events: list[SessionEvent]) -> bool:
+    """The turn's last word is a final evaluation: nothing happened since the outcome was graded."""
+    for event in reversed(events):
+        if event.type == "span.outcome_evaluation_end":
+            return event.body.get("result") != "needs_revision"
+        if event.type.startswith(("agent.", "user.")):
+            return False
+    return False
+
+
+def latest_outcome(events: list[SessionEvent]) -> SessionEvent | None:
+    """The outcome in force: the last `user.define_outcome`."""
+    return next((event for event in reversed(events) if event.type == "user.define_outcome"), None)
