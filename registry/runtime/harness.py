@@ -32,6 +32,7 @@ from registry.runtime.transcript import (
     turn_graded,
 )
 from registry.sessions import services
+from registry.sessions.events import NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
 
 logger = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class SessionRunner:
     def _reject_interrupts(self, interrupts: list[SessionEvent]) -> None:
         """`code_harness` accepts (acknowledges) the interrupt, then answers it with `session.error`."""
         for interrupt in interrupts:
-            kind = "unapplied_event" if interrupt.body.get("native") else "unknown_error"
+            kind = "unapplied_event" if interrupt.body.get(NATIVE_BETA_FIELD) else "unknown_error"
             self._emit_error(kind, UNAPPLIED_INTERRUPT, retry="exhausted")
 
     # -- writes --------------------------------------------------------------------------------

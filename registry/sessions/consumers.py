@@ -17,7 +17,6 @@ import orjson
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import HttpRequest
 from rest_framework import exceptions as drf_exceptions
@@ -28,7 +27,6 @@ from registry.core.ids import new_id
 from registry.sessions import selectors
 from registry.sessions.events import DELTA_TYPES
 from registry.sessions.models import Session
-from registry.sessions.notify import group_name
 from registry.sessions.tail import tail_for
 
 logger = logging.getLogger(__name__)
@@ -51,9 +49,10 @@ def parse_cursor(raw: str | None, name: str) -> int | None:
 
 
 class SessionStreamConsumer(AsyncHttpConsumer):
-    """One SSE connection. The channel layer is managed here, so its failure never ends the stream."""
+    """One SSE connection. The channel layer is reached through the session's tail, so a layer failure
+    never ends the stream."""
 
-    channel_layer_alias = None  # the layer is subscribed by `listen`, which survives layer outages
+    channel_layer_alias = None  # the tail subscribes once per session and survives layer outages
 
     async def http_request(self, message: dict[str, Any]) -> None:
         if message.get("more_body"):
@@ -72,6 +71,8 @@ class SessionStreamConsumer(AsyncHttpConsumer):
     async def http_disconnect(self, message: dict[str, Any]) -> None:
         for task in getattr(self, "tasks", []):
             task.cancel()
+        if hasattr(self, "tail"):
+            self.tail.unsubscribe(self)
         raise StopConsumer()
 
     # -- opening ---------------------------------------------------------------------------
@@ -110,7 +111,8 @@ class SessionStreamConsumer(AsyncHttpConsumer):
             ],
         )
         await self.send_body(b": stream open\n\n", more_body=True)
-        self.tasks = [asyncio.create_task(self.pump()), asyncio.create_task(self.listen())]
+        self.tail.subscribe(self)
+        self.tasks = [asyncio.create_task(self.pump())]
 
     async def refuse(self, refusal: StreamRefused) -> None:
         body = orjson.dumps(error_body(refusal.error_type, refusal.message, self.request_id))
@@ -167,36 +169,10 @@ class SessionStreamConsumer(AsyncHttpConsumer):
         async with self.send_lock:
             await self.send_body(b"", more_body=False)
 
-    # -- wake-ups and deltas from the channel layer ------------------------------------------
-    async def listen(self) -> None:
-        """Subscribe to the session's group; on any layer failure, retry while the timer carries on."""
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        backoff = 0.5
-        while True:
-            try:
-                channel = await layer.new_channel()
-                await layer.group_add(group_name(self.session_id), channel)
-                self.wake.set()  # anything sent while we were not subscribed is in the database
-                backoff = 0.5
-                while True:
-                    await self.on_layer_message(await layer.receive(channel))
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                logger.warning(
-                    "stream %s: channel layer unavailable (%s); timer only", self.session_id, type(error).__name__
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    async def on_layer_message(self, message: dict[str, Any]) -> None:
-        if message.get("type") == "session.delta":
-            if message.get("event_type") in self.deltas:
-                await self.write(sse_frame(message["frame"]))
-        else:
-            self.wake.set()
+    # -- deltas, fanned out by the tail ---------------------------------------------------------
+    async def on_delta(self, event_type: str, frame: dict[str, Any]) -> None:
+        if event_type in self.deltas:
+            await self.write(sse_frame(frame))
 
 
 class StreamRefused(Exception):

@@ -54,6 +54,8 @@ NATIVE_ONLY_TYPES = frozenset(
 )
 PUBLIC_TYPES = PORTABLE_TYPES | NATIVE_ONLY_TYPES
 ENVELOPE_FIELDS = ("seq", "subpath")
+# Recorded on an appended event when its request carried `native-beta`; never rendered.
+NATIVE_BETA_FIELD = "_native_beta"
 DELTA_TYPES = ("agent.message", "agent.thinking")
 MAX_ITERATIONS_DEFAULT = 3
 MAX_ITERATIONS_LIMIT = 20

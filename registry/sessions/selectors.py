@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from registry.core.serialization import timestamp
-from registry.sessions.events import ENVELOPE_FIELDS, PORTABLE_TYPES, PUBLIC_TYPES
+from registry.sessions.events import ENVELOPE_FIELDS, NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES
 from registry.sessions.models import Session, SessionEvent
 
 PUBLIC_RESOURCE_FIELDS = ("sealed_authorization_token",)
@@ -65,6 +65,7 @@ def _public_resource(resource: dict[str, Any]) -> dict[str, Any]:
 def render_event(event: SessionEvent, *, native: bool) -> dict[str, Any]:
     """An event body; the default dialect drops the transcript envelope (`seq`, `subpath`)."""
     body = {"id": event.id, "type": event.type, **event.body, "processed_at": timestamp(event.processed_at)}
+    body.pop(NATIVE_BETA_FIELD, None)
     if native:
         body["seq"] = event.seq
         body.setdefault("subpath", None)

@@ -21,7 +21,7 @@ from registry.core.fields import merge_metadata
 from registry.core.secrets import seal
 from registry.environments.models import Environment
 from registry.sessions import notify
-from registry.sessions.events import MAX_ITERATIONS_DEFAULT
+from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.workspaces.models import Workspace
 
@@ -179,8 +179,10 @@ def _check_event(session: Session, index: int, event: dict[str, Any], state: dic
             )
 
 
-def _stored_body(event: dict[str, Any]) -> dict[str, Any]:
+def _stored_body(event: dict[str, Any], native: bool) -> dict[str, Any]:
     body = {key: value for key, value in event.items() if key != "type"}
+    if native:
+        body[NATIVE_BETA_FIELD] = True
     if event["type"] == "user.define_outcome":
         body["outcome_id"] = f"outcome_{secrets.token_hex(12)}"
         body["max_iterations"] = body.get("max_iterations") or MAX_ITERATIONS_DEFAULT
@@ -188,16 +190,21 @@ def _stored_body(event: dict[str, Any]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def events_append(*, session: Session, events: Iterable[dict[str, Any]]) -> list[SessionEvent]:
+def events_append(*, session: Session, events: Iterable[dict[str, Any]], native: bool = False) -> list[SessionEvent]:
     """Append user events, all or none. They become visible once the runtime acknowledges them."""
     locked = Session.objects.select_for_update().select_related("environment").get(pk=session.pk)
     if locked.status == Session.Status.TERMINATED:
         raise invalid_request("This session is terminated and accepts no more events.")
     events = list(events)
-    state = {"confirmations": _pending_confirmations(locked), "custom_tool_uses": _open_custom_tool_uses(locked)}
+    kinds = {event["type"] for event in events}
+    # Only batches that answer something pay for reading what is open (plain messages stay O(1)).
+    state = {
+        "confirmations": _pending_confirmations(locked) if "user.tool_confirmation" in kinds else set(),
+        "custom_tool_uses": _open_custom_tool_uses(locked) if "user.custom_tool_result" in kinds else set(),
+    }
     for index, event in enumerate(events):
         _check_event(locked, index, event, state)
-    created = [SessionEvent(session=locked, type=event["type"], body=_stored_body(event)) for event in events]
+    created = [SessionEvent(session=locked, type=event["type"], body=_stored_body(event, native)) for event in events]
     SessionEvent.objects.bulk_create(created)
     Session.objects.filter(pk=locked.pk).update(has_pending_events=True, updated_at=timezone.now())
     return created

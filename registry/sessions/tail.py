@@ -1,19 +1,27 @@
-"""Per-process cache of the newest events of each streamed session, refreshed by one query at a time.
+"""Per-process state of each streamed session: the newest events, read by one query at a time, and
+one channel-layer subscription whose wake-ups and deltas are fanned out to the local streams.
 
-Every stream of a session in this process shares one `SessionTail`: a wake-up makes one database
-read for all of them instead of one each, which keeps fan-out cheap with hundreds of open streams.
+Every stream of a session in this process shares one `SessionTail`: a wake-up costs one Redis
+message and one database read for all of them, which keeps fan-out cheap with hundreds of streams.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 import weakref
+from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 
 from registry.sessions import selectors
 from registry.sessions.models import SessionEvent
+from registry.sessions.notify import group_name
+
+logger = logging.getLogger(__name__)
 
 CACHE_LIMIT = 2000
 BATCH = 500
@@ -21,8 +29,16 @@ BATCH = 500
 read_events_after = database_sync_to_async(selectors.events_after, thread_sensitive=False)
 
 
+class Subscriber(Protocol):
+    """What a tail tells a stream: read again, or here is a preview frame."""
+
+    wake: asyncio.Event
+
+    async def on_delta(self, event_type: str, frame: dict[str, Any]) -> None: ...
+
+
 class SessionTail:
-    """The contiguous newest events of one session known to this process."""
+    """The contiguous newest events of one session known to this process, and its subscribers."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -30,7 +46,10 @@ class SessionTail:
         self.known_through: int | None = None  # every event up to here (from events[0]) is cached
         self.refreshed_at = 0.0
         self.lock = asyncio.Lock()
+        self.subscribers: set[Subscriber] = set()
+        self.listener: asyncio.Task[None] | None = None
 
+    # -- reading ------------------------------------------------------------------------------
     def covers(self, after_seq: int) -> bool:
         if self.known_through is None:
             return False
@@ -65,6 +84,54 @@ class SessionTail:
             self.known_through = fresh[-1].seq
             if len(fresh) < BATCH:
                 break
+
+    # -- the channel layer: one subscription per session and process --------------------------
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.add(subscriber)
+        if self.listener is None or self.listener.done():
+            self.listener = asyncio.create_task(self._listen())
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.discard(subscriber)
+        if not self.subscribers and self.listener is not None:
+            self.listener.cancel()
+            self.listener = None
+
+    async def _listen(self) -> None:
+        """Subscribe to the session's group; on any layer failure, retry while the streams' timers carry on."""
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        backoff = 0.5
+        while True:
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(group_name(self.session_id), channel)
+                self._wake_all()  # anything sent while we were not subscribed is in the database
+                backoff = 0.5
+                while True:
+                    await self._dispatch(await layer.receive(channel))
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await layer.group_discard(group_name(self.session_id), channel)
+                raise
+            except Exception as error:
+                logger.warning(
+                    "session %s: channel layer unavailable (%s); timer only", self.session_id, type(error).__name__
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "session.delta":
+            for subscriber in list(self.subscribers):
+                await subscriber.on_delta(str(message.get("event_type")), message["frame"])
+        else:
+            self._wake_all()
+
+    def _wake_all(self) -> None:
+        for subscriber in self.subscribers:
+            subscriber.wake.set()
 
 
 _tails: weakref.WeakValueDictionary[str, SessionTail] = weakref.WeakValueDictionary()

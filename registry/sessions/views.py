@@ -131,7 +131,9 @@ class SessionEventViewSet(WorkspaceViewSet):
         session = self.get_object()
         body = SendEventsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        created = services.events_append(session=session, events=body.validated_data["events"])
+        created = services.events_append(
+            session=session, events=body.validated_data["events"], native=is_native(request)
+        )
         return Response(
             {
                 "data": [

@@ -1,0 +1,1 @@
+"""End-to-end tests of the session runtime: a live registry, `runsessions` workers, a fake model."""

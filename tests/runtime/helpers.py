@@ -1,0 +1,146 @@
+"""Helpers of the runtime tests: subprocesses with logs, and a session driven through the reference client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+MODEL = "claude-test-model"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Process:
+    """A child process whose output goes to a log file, stopped with SIGTERM (then SIGKILL)."""
+
+    def __init__(self, command: list[str], *, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("wb") as output:
+            self.popen = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=os.getcwd())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def stop(self) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.popen.returncode
+
+
+@dataclass
+class WorkerPool:
+    """The shared `runsessions` workers; a test may pause them (SIGSTOP) to stage a takeover."""
+
+    processes: list[Process]
+
+    def pause(self) -> None:
+        for process in self.processes:
+            process.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for process in self.processes:
+            process.signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.resume()
+        for process in self.processes:
+            process.stop()
+
+
+@dataclass(frozen=True)
+class LiveRegistry:
+    """daphne serving the registry, and where."""
+
+    url: str
+    process: Process
+
+
+def text_of(event: dict[str, Any]) -> str:
+    return "".join(block.get("text", "") for block in event.get("content") or [])
+
+
+def stop_reasons(events: list[dict[str, Any]]) -> list[str]:
+    return [event["stop_reason"]["type"] for event in events if event["type"] == "session.status_idle"]
+
+
+def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [event for event in events if event["type"] == kind]
+
+
+@dataclass
+class Conversation:
+    """One session of the live registry, driven and read through the reference client."""
+
+    sdk: anthropic.Anthropic
+    session_id: str
+    processes: list[Process] = field(default_factory=list)
+
+    def send(self, *events: dict[str, Any], native: bool = False) -> list[str]:
+        headers = {"native-beta": "1"} if native else None
+        sent = self.sdk.beta.sessions.events.send(
+            self.session_id,
+            events=list(events),
+            extra_headers=headers,  # type: ignore[arg-type]
+        )
+        return [item.id for item in sent.data or []]
+
+    def say(self, words: str) -> str:
+        return self.send({"type": "user.message", "content": [{"type": "text", "text": words}]})[0]
+
+    def events(self, *, native: bool = False) -> list[dict[str, Any]]:
+        headers = {"native-beta": "1"} if native else None
+        listed = self.sdk.beta.sessions.events.list(self.session_id, limit=100, extra_headers=headers)
+        return [event.model_dump(mode="json", exclude_none=True, warnings=False) for event in listed]
+
+    def session(self) -> dict[str, Any]:
+        return self.sdk.beta.sessions.retrieve(self.session_id).model_dump(mode="json", warnings=False)
+
+    def wait_for(
+        self, done: Callable[[list[dict[str, Any]]], bool], *, timeout: float = 20, native: bool = False
+    ) -> list[dict[str, Any]]:
+        """Poll the event list until `done` holds; on timeout fail with the log and the workers' output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            events = self.events(native=native)
+            if done(events):
+                return events
+            if time.monotonic() > deadline:
+                logs = "\n".join(process.log_tail() for process in self.processes)
+                raise AssertionError(f"timed out; events: {[e['type'] for e in events]}\n{logs}")
+            time.sleep(0.1)
+
+    def wait_idle(self, count: int = 1, **options: Any) -> list[dict[str, Any]]:
+        """The events once the session went idle `count` times."""
+        return self.wait_for(lambda events: len(stop_reasons(events)) >= count, **options)
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float = 20, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

@@ -1,0 +1,162 @@
+"""Faults end to end: interrupts on both harnesses, a model that fails, a worker killed mid-turn."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.runtime import fake_model as replies
+from tests.runtime.helpers import of_type, stop_reasons, text_of, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+SLOW_ANSWER = "a long answer streamed slowly, one fragment at a time"
+
+
+def test_interrupt_unwinds_a_default_turn(model, open_session):
+    model.add(replies.text(SLOW_ANSWER, chunks=40, chunk_delay=0.1), replies.text("fresh start"))
+    chat = open_session()
+    chat.say("write a lot")
+    wait_until(lambda: len(model.requests) == 1, what="the model call")
+    interrupt = chat.send({"type": "user.interrupt"})[0]
+    events = chat.wait_idle()
+
+    assert stop_reasons(events) == ["interrupted"]
+    assert of_type(events, "agent.message") == []  # the unfinished message is dropped
+    assert of_type(events, "user.interrupt")[0]["id"] == interrupt
+    assert chat.session()["status"] == "idle"
+
+    chat.say("try again")
+    events = chat.wait_idle(2)
+    assert stop_reasons(events) == ["interrupted", "end_turn"]
+    assert text_of(of_type(events, "agent.message")[0]) == "fresh start"
+    assert [message["role"] for message in model.requests[1].body["messages"]] == ["user"]
+
+
+def test_interrupt_on_code_harness_is_answered_with_an_error(model, open_session):
+    model.add(replies.text(SLOW_ANSWER, chunks=10, chunk_delay=0.1))
+    chat = open_session(harness={"type": "code_harness"})
+    chat.say("write a lot")
+    wait_until(lambda: len(model.requests) == 1, what="the model call")
+    chat.send({"type": "user.interrupt"})
+    events = chat.wait_idle()
+
+    error = of_type(events, "session.error")[0]["error"]
+    assert error["type"] == "unknown_error" and error["retry_status"] == {"type": "exhausted"}
+    types = [event["type"] for event in events]
+    assert types.index("user.interrupt") < types.index("session.error") < types.index("agent.message")
+    assert text_of(of_type(events, "agent.message")[0]) == SLOW_ANSWER  # the turn ran to completion
+    assert stop_reasons(events) == ["end_turn"]
+
+
+def test_interrupt_on_code_harness_with_native_beta_is_unapplied_event(model, open_session):
+    model.add(replies.text(SLOW_ANSWER, chunks=10, chunk_delay=0.1))
+    chat = open_session(harness={"type": "code_harness"})
+    chat.say("write a lot")
+    wait_until(lambda: len(model.requests) == 1, what="the model call")
+    chat.send({"type": "user.interrupt"}, native=True)
+    events = chat.wait_idle()
+
+    assert of_type(events, "session.error")[0]["error"]["type"] == "unapplied_event"
+    assert all("_native_beta" not in event for event in chat.events(native=True))  # the flag is never shown
+
+
+def test_model_failures_are_retried_then_reported(model, open_session):
+    model.add(replies.dropped(), replies.failure(429), replies.failure(503))
+    chat = open_session()
+    chat.say("hello?")
+    events = chat.wait_idle()
+
+    errors = [event["error"] for event in of_type(events, "session.error")]
+    assert [error["type"] for error in errors] == [
+        "model_request_failed_error",
+        "model_rate_limited_error",
+        "model_request_failed_error",
+    ]
+    assert [error["retry_status"]["type"] for error in errors] == ["retrying", "retrying", "exhausted"]
+    assert of_type(events, "session.status_rescheduled")
+    assert stop_reasons(events) == ["retries_exhausted"] and len(model.requests) == 3
+
+    model.add(replies.text("back again"))
+    chat.say("hello again")
+    events = chat.wait_idle(2)
+    assert stop_reasons(events) == ["retries_exhausted", "end_turn"]
+    assert text_of(of_type(events, "agent.message")[0]) == "back again"
+
+
+def test_a_retry_that_succeeds_returns_to_running(model, open_session):
+    model.add(replies.failure(529), replies.text("made it"))
+    chat = open_session()
+    chat.say("hello?")
+    events = chat.wait_idle()
+    assert [event["type"] for event in events if event["type"].startswith("session.")] == [
+        "session.status_running",
+        "session.error",
+        "session.status_rescheduled",
+        "session.status_running",
+        "session.status_idle",
+    ]
+    assert of_type(events, "session.error")[0]["error"]["type"] == "model_overloaded_error"
+    assert stop_reasons(events) == ["end_turn"]
+
+
+def test_a_refused_request_is_not_retried(model, open_session):
+    model.add(replies.failure(400))
+    chat = open_session()
+    chat.say("hello?")
+    events = chat.wait_idle()
+    assert stop_reasons(events) == ["error"] and len(model.requests) == 1
+    assert of_type(events, "session.error")[0]["error"]["retry_status"] == {"type": "exhausted"}
+
+
+def test_killed_worker_loses_no_user_event(model, open_session, workers, start_worker):
+    model.add(replies.text("never sent", delay=60), replies.text("recovered"))
+    chat = open_session()
+    workers.pause()
+    victim = start_worker()
+    chat.processes.append(victim)
+    sent = chat.say("survive this")
+    wait_until(lambda: len(model.requests) == 1, what="the victim's model call")
+    victim.kill()
+    workers.resume()
+    events = chat.wait_idle()
+
+    assert [
+        (event["type"], text_of(event)) for event in events if event["type"] in ("user.message", "agent.message")
+    ] == [
+        ("user.message", "survive this"),
+        ("agent.message", "recovered"),
+    ]
+    assert of_type(events, "user.message")[0]["id"] == sent
+    assert stop_reasons(events) == ["end_turn"] and len(of_type(events, "session.status_running")) == 1
+    assert model.requests[1].body["messages"] == model.requests[0].body["messages"]
+
+
+def test_sigterm_leaves_the_turn_to_another_worker(model, open_session, workers, start_worker):
+    model.add(replies.text(SLOW_ANSWER, chunks=40, chunk_delay=0.1), replies.text("finished elsewhere"))
+    chat = open_session()
+    workers.pause()
+    leaving = start_worker()
+    chat.processes.append(leaving)
+    chat.say("start here")
+    wait_until(lambda: len(model.requests) == 1, what="the leaving worker's model call")
+    assert leaving.stop() == 0  # a clean exit at the next checkpoint, not a kill
+    workers.resume()
+    events = chat.wait_idle()
+    assert [text_of(event) for event in of_type(events, "agent.message")] == ["finished elsewhere"]
+    assert stop_reasons(events) == ["end_turn"] and len(model.requests) == 2
+
+
+def test_archiving_mid_turn_stops_the_worker(model, open_session):
+    model.add(replies.text(SLOW_ANSWER, chunks=40, chunk_delay=0.1), replies.text("next"))
+    chat = open_session()
+    chat.say("write a lot")
+    wait_until(lambda: len(model.requests) == 1, what="the model call")
+    chat.sdk.beta.sessions.archive(chat.session_id)
+    chat.wait_for(lambda events: bool(of_type(events, "session.status_terminated")))
+    time.sleep(1)  # the worker notices at its next checkpoint and writes nothing more
+    events = chat.events()
+    assert events[-1]["type"] == "session.status_terminated"
+    assert of_type(events, "agent.message") == [] and stop_reasons(events) == []
+    assert chat.session()["status"] == "terminated" and len(model.requests) == 1
