@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "registry.environments",
     "registry.sessions",
     "registry.runtime",
+    "registry.memory",
     "registry.discovery",
     "gatewayproxy",
 ]

@@ -15,6 +15,7 @@ urlpatterns = [
     path("v1/", include("registry.agents.urls")),
     path("v1/", include("registry.environments.urls")),
     path("v1/", include("registry.sessions.urls")),
+    path("v1/", include("registry.memory.urls")),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("admin/", admin.site.urls),
 ]

@@ -24,6 +24,7 @@ class ErrorType(enum.StrEnum):
     PERMISSION = "permission_error"
     NOT_FOUND = "not_found_error"
     CONFLICT = "conflict_error"
+    MEMORY_PRECONDITION_FAILED = "memory_precondition_failed_error"
     REQUEST_TOO_LARGE = "request_too_large"
     RATE_LIMIT = "rate_limit_error"
     API = "api_error"
@@ -36,6 +37,7 @@ STATUS_OF_TYPE = {
     ErrorType.PERMISSION: 403,
     ErrorType.NOT_FOUND: 404,
     ErrorType.CONFLICT: 409,
+    ErrorType.MEMORY_PRECONDITION_FAILED: 409,
     ErrorType.REQUEST_TOO_LARGE: 413,
     ErrorType.RATE_LIMIT: 429,
     ErrorType.API: 500,

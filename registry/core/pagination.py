@@ -112,3 +112,18 @@ class KeysetPagination:
     @staticmethod
     def response(data: list[Any], links: dict[str, str | None]) -> Response:
         return Response({"data": data, **links})
+
+
+def encode_cursor_token(key: str) -> str:
+    """An opaque cursor for lists ordered by a single string key computed in Python."""
+    return base64.urlsafe_b64encode(json.dumps(["after", key]).encode()).decode().rstrip("=")
+
+
+def decode_cursor_token(cursor: str) -> str:
+    try:
+        direction, key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if direction != "after" or not isinstance(key, str):
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as error:
+        raise invalid_request("page: not a valid page cursor.") from error
+    return key

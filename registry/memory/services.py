@@ -1,0 +1,154 @@
+"""Writes for memory stores and memories. Every change of a memory records a MemoryVersion.
+
+Concurrency: updates and deletes lock the memory row, so two writers racing with the same
+precondition serialize and exactly one wins; paths are unique per store by a constraint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from registry.core.authentication import Principal
+from registry.core.errors import ApiError, ErrorType, conflict, invalid_request
+from registry.core.fields import merge_metadata
+from registry.memory.models import Memory, MemoryStore, MemoryVersion
+from registry.workspaces.models import Workspace
+
+
+def actor_of(principal: Principal) -> dict[str, str]:
+    """Who made a change, as the reference client's actor objects."""
+    if principal.credential_kind == "api_key":
+        return {"type": "api_actor", "api_key_id": principal.subject}
+    return {"type": "user_actor", "user_id": principal.subject}
+
+
+def sha256_of(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def precondition_failed(message: str) -> ApiError:
+    return ApiError(ErrorType.MEMORY_PRECONDITION_FAILED, message)
+
+
+# -- stores ---------------------------------------------------------------------------------------
+@transaction.atomic
+def memory_store_create(*, workspace: Workspace, values: dict[str, Any]) -> MemoryStore:
+    return MemoryStore.objects.create(
+        workspace=workspace,
+        name=values["name"],
+        description=values.get("description") or "",
+        metadata=values.get("metadata", {}),
+    )
+
+
+@transaction.atomic
+def memory_store_update(*, store: MemoryStore, values: dict[str, Any]) -> MemoryStore:
+    locked = _writable_store(store)
+    if "name" in values:
+        locked.name = values["name"]
+    if "description" in values:
+        locked.description = values["description"] or ""
+    if "metadata" in values:
+        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    locked.save()
+    return locked
+
+
+def _writable_store(store: MemoryStore) -> MemoryStore:
+    locked = MemoryStore.objects.select_for_update().get(pk=store.pk)
+    if locked.archived_at is not None:
+        raise invalid_request(f"Memory store {store.pk} is archived; its memories are read-only.")
+    return locked
+
+
+# -- memories ---------------------------------------------------------------------------------------
+def _record(memory: Memory, operation: str, actor: dict[str, str]) -> MemoryVersion:
+    deleted = operation == MemoryVersion.Operation.DELETED
+    return MemoryVersion.objects.create(
+        store_id=memory.store_id,
+        memory_id=memory.id,
+        operation=operation,
+        path=memory.path,
+        content=None if deleted else memory.content,
+        content_sha256=None if deleted else memory.content_sha256,
+        content_size_bytes=None if deleted else memory.content_size_bytes,
+        created_by=actor,
+    )
+
+
+def _set_content(memory: Memory, content: str) -> None:
+    memory.content = content
+    memory.content_sha256 = sha256_of(content)
+    memory.content_size_bytes = len(content.encode())
+
+
+@transaction.atomic
+def memory_create(*, store: MemoryStore, path: str, content: str, actor: dict[str, str]) -> Memory:
+    _writable_store(store)
+    memory = Memory(store=store, path=path)
+    _set_content(memory, content)
+    try:
+        with transaction.atomic():
+            memory.save(force_insert=True)
+    except IntegrityError:
+        raise conflict(f"path: a memory already exists at {path}.") from None
+    version = _record(memory, MemoryVersion.Operation.CREATED, actor)
+    Memory.objects.filter(pk=memory.pk).update(version_id=version.id)
+    memory.version_id = version.id
+    return memory
+
+
+@transaction.atomic
+def memory_update(*, memory: Memory, values: dict[str, Any], actor: dict[str, str]) -> Memory:
+    """Change content and/or path; a `content_sha256` precondition must match the stored content,
+    unless the stored state already equals what the request asks for."""
+    _writable_store(memory.store)
+    locked = Memory.objects.select_for_update().get(pk=memory.pk)
+    new_path = values.get("path") or locked.path
+    new_content = values["content"] if values.get("content") is not None else locked.content
+    unchanged = new_path == locked.path and new_content == locked.content
+    precondition = values.get("precondition")
+    if precondition and precondition["content_sha256"] != locked.content_sha256 and not unchanged:
+        raise precondition_failed("precondition: the memory's content_sha256 does not match; it changed.")
+    if unchanged:
+        return locked
+    locked.path = new_path
+    _set_content(locked, new_content)
+    try:
+        with transaction.atomic():
+            locked.save()
+    except IntegrityError:
+        raise conflict(f"path: a memory already exists at {new_path}.") from None
+    locked.version_id = _record(locked, MemoryVersion.Operation.MODIFIED, actor).id
+    Memory.objects.filter(pk=locked.pk).update(version_id=locked.version_id)
+    return locked
+
+
+@transaction.atomic
+def memory_delete(*, memory: Memory, expected_sha256: str | None, actor: dict[str, str]) -> None:
+    _writable_store(memory.store)
+    locked = Memory.objects.select_for_update().get(pk=memory.pk)
+    if expected_sha256 is not None and expected_sha256 != locked.content_sha256:
+        raise precondition_failed("expected_content_sha256: the memory's content changed; nothing was deleted.")
+    _record(locked, MemoryVersion.Operation.DELETED, actor)
+    locked.delete()
+
+
+@transaction.atomic
+def memory_version_redact(*, version: MemoryVersion, actor: dict[str, str]) -> MemoryVersion:
+    """Clear a version's content and path for good; the record of the change stays."""
+    locked = MemoryVersion.objects.select_for_update().get(pk=version.pk)
+    current = Memory.objects.filter(pk=locked.memory_id, version_id=locked.id).exists()
+    if current:
+        raise conflict("This version holds the memory's current content; change or delete the memory first.")
+    if locked.redacted_at is None:
+        locked.path = locked.content = locked.content_sha256 = None
+        locked.content_size_bytes = None
+        locked.redacted_at = timezone.now()
+        locked.redacted_by = actor
+        locked.save()
+    return locked

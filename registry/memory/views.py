@@ -1,0 +1,212 @@
+"""Memory store endpoints, and the memories and memory versions inside a store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from registry.core.errors import invalid_request, not_found
+from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
+from registry.core.views import DeleteMixin, WorkspaceViewSet
+from registry.memory import selectors, services
+from registry.memory.filters import MemoryStoreFilter, MemoryVersionFilter
+from registry.memory.models import Memory, MemoryStore, MemoryVersion
+from registry.memory.serializers import (
+    MemoryCreateSerializer,
+    MemorySerializer,
+    MemoryStoreSerializer,
+    MemoryStoreWriteSerializer,
+    MemoryUpdateSerializer,
+    MemoryVersionSerializer,
+    validate_path,
+)
+
+VIEW = OpenApiParameter("view", OpenApiTypes.STR, enum=["basic", "full"])
+FULL_VIEW_PAGE_LIMIT = 20
+
+
+def deleted(kind: str) -> Any:
+    return inline_serializer(
+        f"{kind.title().replace('_', '')}Deleted",
+        {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=[f"{kind}_deleted"])},
+    )
+
+
+@extend_schema_view(
+    create=extend_schema(request=MemoryStoreWriteSerializer, responses=MemoryStoreSerializer),
+    partial_update=extend_schema(request=MemoryStoreWriteSerializer, responses=MemoryStoreSerializer),
+    retrieve=extend_schema(responses=MemoryStoreSerializer),
+    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("MemoryStoreList", MemoryStoreSerializer)),
+    destroy=extend_schema(responses=deleted("memory_store")),
+)
+class MemoryStoreViewSet(DeleteMixin, WorkspaceViewSet):
+    model = MemoryStore
+    resource_type = "memory_store"
+    render_object = staticmethod(selectors.render_store)
+    serializer_class = MemoryStoreSerializer
+    filterset_class = MemoryStoreFilter
+
+    def create(self, request: Request) -> Response:
+        body = MemoryStoreWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        store = services.memory_store_create(workspace=self.principal.workspace, values=dict(body.validated_data))
+        return Response(self.render(store))
+
+    def partial_update(self, request: Request, id: str) -> Response:
+        store = self.get_object()
+        body = MemoryStoreWriteSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        return Response(self.render(services.memory_store_update(store=store, values=dict(body.validated_data))))
+
+
+class StoreContentsViewSet(WorkspaceViewSet):
+    """Base for endpoints under `/v1/memory_stores/{id}/...`: the store is resolved in the caller's workspace."""
+
+    model = MemoryStore
+    resource_type = "memory_store"
+    archivable = False
+
+    def store(self) -> MemoryStore:
+        return self.get_object()
+
+    @property
+    def actor(self) -> dict[str, str]:
+        return services.actor_of(self.principal)
+
+
+class MemoryViewSet(StoreContentsViewSet):
+    """Memories: create, list (path_prefix, depth, view), retrieve, update (precondition), delete."""
+
+    operation_name = "memory"
+
+    def memory(self) -> Memory:
+        memory = Memory.objects.filter(store=self.store(), pk=self.kwargs["memory_id"]).select_related("store").first()
+        if memory is None:
+            raise not_found(f"Memory {self.kwargs['memory_id']} not found.")
+        return memory
+
+    @extend_schema(request=MemoryCreateSerializer, responses=MemorySerializer)
+    def create(self, request: Request, id: str) -> Response:
+        body = MemoryCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = body.validated_data
+        memory = services.memory_create(
+            store=self.store(), path=values["path"], content=values["content"] or "", actor=self.actor
+        )
+        return Response(selectors.render_memory(memory, full=values.get("view") == "full"))
+
+    @extend_schema(parameters=[VIEW], responses=MemorySerializer)
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        full = selectors.parse_view(request.query_params.get("view"), "full")
+        return Response(selectors.render_memory(self.memory(), full=full))
+
+    @extend_schema(request=MemoryUpdateSerializer, responses=MemorySerializer)
+    def partial_update(self, request: Request, id: str, memory_id: str) -> Response:
+        memory = self.memory()
+        body = MemoryUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        updated = services.memory_update(memory=memory, values=dict(body.validated_data), actor=self.actor)
+        return Response(selectors.render_memory(updated, full=body.validated_data.get("view") == "full"))
+
+    @extend_schema(
+        parameters=[OpenApiParameter("expected_content_sha256", OpenApiTypes.STR)], responses=deleted("memory")
+    )
+    def destroy(self, request: Request, id: str, memory_id: str) -> Response:
+        memory = self.memory()
+        services.memory_delete(
+            memory=memory, expected_sha256=request.query_params.get("expected_content_sha256"), actor=self.actor
+        )
+        return Response({"id": memory_id, "type": "memory_deleted"})
+
+    @extend_schema(
+        parameters=[
+            *LIST_PARAMETERS[:2],
+            VIEW,
+            OpenApiParameter("path_prefix", OpenApiTypes.STR),
+            OpenApiParameter("depth", OpenApiTypes.INT),
+        ],
+        responses=list_response("MemoryList", MemorySerializer),
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        params = request.query_params
+        full = selectors.parse_view(params.get("view"), "basic")
+        limit = parse_limit(params.get("limit"))
+        if full and limit > FULL_VIEW_PAGE_LIMIT:
+            raise invalid_request(f"limit: with view=full a page holds at most {FULL_VIEW_PAGE_LIMIT} items.")
+        prefix, depth = self.prefix_and_depth(params.get("path_prefix"), params.get("depth"))
+        after = decode_cursor_token(params["page"]) if params.get("page") else None
+        items = [
+            item
+            for item in selectors.list_items(self.store(), prefix=prefix, depth=depth)
+            if after is None or item[0] > after
+        ]
+        page = items[:limit]
+        rows = selectors.memories_by_id([memory_id for _, memory_id in page if memory_id])
+        data = [
+            selectors.render_memory(rows[memory_id], full=full) if memory_id else {"type": "memory_prefix", "path": key}
+            for key, memory_id in page
+        ]
+        next_page = encode_cursor_token(page[-1][0]) if len(items) > limit else None
+        return Response({"data": data, "next_page": next_page})
+
+    @staticmethod
+    def prefix_and_depth(raw_prefix: str | None, raw_depth: str | None) -> tuple[str, int | None]:
+        prefix = raw_prefix or "/"
+        if prefix != "/":
+            if not prefix.endswith("/"):
+                raise invalid_request("path_prefix: must end with '/'.")
+            try:
+                validate_path(prefix[:-1])
+            except serializers.ValidationError as error:
+                raise invalid_request(f"path_prefix: {error.detail[0]}") from None
+        if raw_depth in (None, ""):
+            return prefix, None
+        if not raw_depth.isdigit() or int(raw_depth) < 1:
+            raise invalid_request("depth: must be a positive integer.")
+        return prefix, int(raw_depth)
+
+
+class MemoryVersionViewSet(StoreContentsViewSet):
+    """The version history of a store's memories: list, retrieve, redact."""
+
+    operation_name = "memory_version"
+    pagination = KeysetPagination()
+
+    def version(self) -> MemoryVersion:
+        version = MemoryVersion.objects.filter(store=self.store(), pk=self.kwargs["version_id"]).first()
+        if version is None:
+            raise not_found(f"Memory version {self.kwargs['version_id']} not found.")
+        return version
+
+    @extend_schema(
+        parameters=[
+            *LIST_PARAMETERS[:3],
+            VIEW,
+            OpenApiParameter("memory_id", OpenApiTypes.STR),
+            OpenApiParameter("operation", OpenApiTypes.STR),
+        ],
+        responses=list_response("MemoryVersionList", MemoryVersionSerializer),
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        full = selectors.parse_view(request.query_params.get("view"), "basic")
+        versions = MemoryVersionFilter(request.query_params, queryset=MemoryVersion.objects.filter(store=self.store()))
+        if not versions.is_valid():
+            raise serializers.ValidationError(versions.errors)
+        rows, links = self.pagination.paginate(versions.qs, request)
+        return KeysetPagination.response([selectors.render_version(row, full=full) for row in rows], links)
+
+    @extend_schema(parameters=[VIEW], responses=MemoryVersionSerializer)
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        full = selectors.parse_view(request.query_params.get("view"), "full")
+        return Response(selectors.render_version(self.version(), full=full))
+
+    @extend_schema(request=None, responses=MemoryVersionSerializer)
+    def redact(self, request: Request, id: str, version_id: str) -> Response:
+        version = services.memory_version_redact(version=self.version(), actor=self.actor)
+        return Response(selectors.render_version(version, full=True))
