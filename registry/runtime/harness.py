@@ -20,6 +20,7 @@ from django.utils import timezone
 from registry.core.serialization import timestamp
 from registry.runtime import mcp_client, outcomes
 from registry.runtime.config import RuntimeSettings
+from registry.runtime.credentials import bearer_for
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError, ModelResponse
 from registry.runtime.previews import PreviewPublisher
@@ -73,6 +74,8 @@ class SessionRunner:
         self.stopping = stopping
         session = Session.objects.get(pk=session_id)
         self.agent: dict[str, Any] = session.agent_snapshot
+        self.workspace_id = session.workspace_id
+        self.vault_ids: list[str] = list(session.vault_ids)
         self.status = session.status
         self.honors_interrupts = session.harness.get("type") not in HARNESSES_IGNORING_INTERRUPT
         self._catalog: ToolCatalog | None = None
@@ -269,7 +272,9 @@ class SessionRunner:
             timeout = self.config.mcp_timeout_seconds
 
             def list_tools(server_name: str, url: str) -> list[mcp_client.McpTool]:
-                return mcp_client.list_tools(server_name=server_name, url=url, timeout=timeout)
+                return mcp_client.list_tools(
+                    server_name=server_name, url=url, timeout=timeout, bearer=self._bearer(url)
+                )
 
             self._catalog = build_catalog(self.agent, list_tools)
             for server_name, message in self._catalog.failures:
@@ -297,9 +302,13 @@ class SessionRunner:
                 name=call.body["name"],
                 arguments=call.body["input"],
                 timeout=self.config.mcp_timeout_seconds,
+                bearer=self._bearer(servers[server_name]),
             )
         except mcp_client.McpUnavailable as error:
             return mcp_client.McpToolOutcome(content=[{"type": "text", "text": str(error)}], is_error=True)
+
+    def _bearer(self, server_url: str) -> str | None:
+        return bearer_for(workspace_id=self.workspace_id, vault_ids=self.vault_ids, server_url=server_url)
 
     def _emit_tool_result(self, call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> None:
         self._emit("agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error})

@@ -1,7 +1,7 @@
 """Calls to an agent's MCP servers with the `mcp` SDK client over Streamable HTTP.
 
-The worker is synchronous, so each call runs its own short event loop. Session vaults are not
-consulted yet (there is no vault store to read credentials from): servers are called without auth.
+The worker is synchronous, so each call runs its own short event loop. A bearer token from the
+session's vaults (registry.runtime.credentials) is sent as `Authorization: Bearer`; none is forwarded otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import mcp_types
 from mcp import Client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 
 class McpUnavailable(Exception):
@@ -37,13 +38,24 @@ class McpToolOutcome:
     is_error: bool
 
 
-def list_tools(*, server_name: str, url: str, timeout: float) -> list[McpTool]:
+def list_tools(*, server_name: str, url: str, timeout: float, bearer: str | None = None) -> list[McpTool]:
     """Every tool the server lists, across pages."""
-    return _run(_list_tools(server_name, url, timeout), server_name, timeout)
+    return _run(_list_tools(server_name, _server(url, bearer), timeout), server_name, timeout)
 
 
-def call_tool(*, server_name: str, url: str, name: str, arguments: dict[str, Any], timeout: float) -> McpToolOutcome:
-    return _run(_call_tool(url, name, arguments, timeout), server_name, timeout)
+def call_tool(
+    *, server_name: str, url: str, name: str, arguments: dict[str, Any], timeout: float, bearer: str | None = None
+) -> McpToolOutcome:
+    return _run(_call_tool(_server(url, bearer), name, arguments, timeout), server_name, timeout)
+
+
+def _server(url: str, bearer: str | None) -> Any:
+    """The URL itself, or a Streamable HTTP transport that authenticates with the vault's token."""
+    if bearer is None:
+        return url
+    return streamable_http_client(
+        url, http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
+    )
 
 
 def _run(coroutine: Any, server_name: str, timeout: float) -> Any:
@@ -60,9 +72,9 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-async def _list_tools(server_name: str, url: str, timeout: float) -> list[McpTool]:
+async def _list_tools(server_name: str, server: Any, timeout: float) -> list[McpTool]:
     tools: list[McpTool] = []
-    async with Client(url, read_timeout_seconds=timeout) as client:
+    async with Client(server, read_timeout_seconds=timeout) as client:
         cursor: str | None = None
         while True:
             page = await client.list_tools(cursor=cursor)
@@ -74,8 +86,8 @@ async def _list_tools(server_name: str, url: str, timeout: float) -> list[McpToo
                 return tools
 
 
-async def _call_tool(url: str, name: str, arguments: dict[str, Any], timeout: float) -> McpToolOutcome:
-    async with Client(url, read_timeout_seconds=timeout) as client:
+async def _call_tool(server: Any, name: str, arguments: dict[str, Any], timeout: float) -> McpToolOutcome:
+    async with Client(server, read_timeout_seconds=timeout) as client:
         result = await client.call_tool(name, arguments)
     return McpToolOutcome(content=[content_block(item) for item in result.content], is_error=bool(result.is_error))
 

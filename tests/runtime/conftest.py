@@ -149,11 +149,15 @@ def sdk(registry: LiveRegistry, transactional_db: None) -> Iterator[anthropic.An
 def open_session(sdk: anthropic.Anthropic, registry: LiveRegistry, workers: WorkerPool) -> Callable[..., Conversation]:
     """Create an agent (keyword arguments), an environment and a session on the given harness."""
 
-    def open_session(*, harness: dict[str, Any] | None = None, **agent: Any) -> Conversation:
+    def open_session(
+        *, harness: dict[str, Any] | None = None, vault_ids: list[str] | None = None, **agent: Any
+    ) -> Conversation:
         created = sdk.beta.agents.create(name="runner", model=MODEL, **agent)
         environment = sdk.beta.environments.create(name="env")
         extra = {"harness": harness} if harness else None
-        session = sdk.beta.sessions.create(agent=created.id, environment_id=environment.id, extra_body=extra)
+        session = sdk.beta.sessions.create(
+            agent=created.id, environment_id=environment.id, extra_body=extra, vault_ids=vault_ids or []
+        )
         return Conversation(sdk=sdk, session_id=session.id, processes=[registry.process, *workers.processes])
 
     return open_session

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -18,6 +19,7 @@ class ShopMcpServer:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, str]]] = []
+        self.authorizations: list[str | None] = []
         server = MCPServer("shop")
 
         @server.tool()
@@ -34,13 +36,27 @@ class ShopMcpServer:
 
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(server.streamable_http_app(), log_level="warning", ws="none", lifespan="on")
+        config = uvicorn.Config(
+            self._recording(server.streamable_http_app()), log_level="warning", ws="none", lifespan="on"
+        )
         self.uvicorn = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.listener]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.uvicorn.started and time.monotonic() < deadline:
             time.sleep(0.02)
+
+    def _recording(self, app: Any) -> Any:
+        """Wrap the ASGI app to record each HTTP request's Authorization header."""
+
+        async def recorded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                headers = dict(scope["headers"])
+                authorization = headers.get(b"authorization")
+                self.authorizations.append(authorization.decode() if authorization else None)
+            await app(scope, receive, send)
+
+        return recorded
 
     @property
     def url(self) -> str:

@@ -179,6 +179,23 @@ def test_mcp_tool_cycle(model, open_session, shop):
     ]
 
 
+def test_mcp_calls_authenticate_with_the_sessions_vault(model, open_session, shop, sdk):
+    vault = sdk.beta.vaults.create(display_name="shop keys")
+    sdk.beta.vaults.credentials.create(
+        vault.id, auth={"type": "static_bearer", "token": "shop-secret-token", "mcp_server_url": shop.url}
+    )
+    shop.authorizations.clear()
+    model.add(replies.tool_call("lookup_order", {"order_id": "B2"}), replies.text("B2 shipped."))
+    chat = open_session(vault_ids=[vault.id], **shop_agent(shop))
+    chat.say("where is B2?")
+    events = chat.wait_idle()
+
+    assert of_type(events, "agent.mcp_tool_result")[0]["is_error"] is False
+    assert shop.authorizations and set(shop.authorizations) == {"Bearer shop-secret-token"}
+    assert "shop-secret-token" not in str(events)  # the model and the client never see it
+    assert all("shop-secret-token" not in str(request.body) for request in model.requests)
+
+
 def test_failing_mcp_tool_reports_an_error_result(model, open_session, shop):
     model.add(replies.tool_call("cancel_order", {"order_id": "A1"}), replies.text("Could not cancel."))
     chat = open_session(**shop_agent(shop))

@@ -1,0 +1,1 @@
+"""Git credentials: tokens used to clone repositories into a session's sandbox (sealed at rest)."""

@@ -1,0 +1,1 @@
+"""Vaults: per-workspace credential storage that sessions reference for MCP authentication."""

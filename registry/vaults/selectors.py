@@ -1,0 +1,60 @@
+"""Reads for vaults: rendering (never a secret), and the bearer token a session uses for an MCP server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from registry.core.serialization import timestamp
+from registry.vaults.models import Vault, VaultCredential
+
+
+def render_vault(vault: Vault) -> dict[str, Any]:
+    return {
+        "id": vault.id,
+        "type": "vault",
+        "display_name": vault.display_name,
+        "metadata": vault.metadata,
+        "created_at": timestamp(vault.created_at),
+        "updated_at": timestamp(vault.updated_at),
+        "archived_at": timestamp(vault.archived_at),
+    }
+
+
+def render_credential(credential: VaultCredential) -> dict[str, Any]:
+    return {
+        "id": credential.id,
+        "type": "vault_credential",
+        "vault_id": credential.vault_id,
+        "display_name": credential.display_name,
+        "metadata": credential.metadata,
+        "auth": credential.auth,
+        "created_at": timestamp(credential.created_at),
+        "updated_at": timestamp(credential.updated_at),
+        "archived_at": timestamp(credential.archived_at),
+    }
+
+
+def same_server(left: str, right: str) -> bool:
+    return left.rstrip("/") == right.rstrip("/")
+
+
+def mcp_credential_for(*, vault_ids: list[str], workspace_id: str, server_url: str) -> VaultCredential | None:
+    """The first live MCP credential (in the session's vault order) for `server_url`."""
+    candidates = VaultCredential.objects.filter(
+        workspace_id=workspace_id,
+        vault_id__in=vault_ids,
+        archived_at__isnull=True,
+        vault__archived_at__isnull=True,
+        auth__type__in=("static_bearer", "mcp_oauth"),
+    )
+    matching = [credential for credential in candidates if same_server(credential.auth["mcp_server_url"], server_url)]
+    matching.sort(key=lambda credential: vault_ids.index(credential.vault_id))
+    return matching[0] if matching else None
+
+
+def oauth_expired(credential: VaultCredential) -> bool:
+    expires_at = credential.auth.get("expires_at")
+    return bool(expires_at) and datetime.fromisoformat(expires_at) <= timezone.now()

@@ -1,0 +1,135 @@
+"""Validation of vault and credential bodies: three credential types, secrets in the right shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from registry.agents.serializers import validate_http_url
+from registry.core.fields import (
+    MetadataField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictSerializer,
+    TaggedUnionField,
+)
+
+SECRET = {"min_length": 1, "max_length": 16_384, "trim_whitespace": False}
+
+
+def secret_field(**kwargs: Any) -> StrictCharField:
+    return StrictCharField(write_only=True, **SECRET, **kwargs)
+
+
+class StaticBearerSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["static_bearer"])
+    token = secret_field()
+    mcp_server_url = StrictCharField(max_length=2048, validators=[validate_http_url])
+
+
+class TokenEndpointNoneSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["none"])
+
+
+class TokenEndpointSecretSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["client_secret_basic", "client_secret_post"])
+    client_secret = secret_field()
+
+
+TOKEN_ENDPOINT_AUTH = {
+    "none": TokenEndpointNoneSerializer,
+    "client_secret_basic": TokenEndpointSecretSerializer,
+    "client_secret_post": TokenEndpointSecretSerializer,
+}
+
+
+class OAuthRefreshSerializer(StrictSerializer):
+    client_id = StrictCharField(max_length=512)
+    refresh_token = secret_field()
+    token_endpoint = StrictCharField(max_length=2048, validators=[validate_http_url])
+    token_endpoint_auth = TaggedUnionField(TOKEN_ENDPOINT_AUTH, component_name="TokenEndpointAuth")
+    resource = StrictCharField(required=False, allow_null=True, max_length=2048)
+    scope = StrictCharField(required=False, allow_null=True, max_length=2048)
+
+
+class McpOAuthSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["mcp_oauth"])
+    access_token = secret_field()
+    mcp_server_url = StrictCharField(max_length=2048, validators=[validate_http_url])
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    refresh = OAuthRefreshSerializer(required=False, allow_null=True)
+
+
+class NetworkingSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["unrestricted", "limited"])
+    allowed_hosts = serializers.ListField(child=StrictCharField(max_length=253), required=False, max_length=256)
+
+
+class InjectionLocationSerializer(StrictSerializer):
+    body = StrictBooleanField(required=False)
+    header = StrictBooleanField(required=False)
+
+
+class EnvironmentVariableSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["environment_variable"])
+    secret_name = serializers.RegexField(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    secret_value = secret_field()
+    networking = NetworkingSerializer()
+    injection_location = InjectionLocationSerializer(required=False)
+
+
+AUTH_KINDS = {
+    "static_bearer": StaticBearerSerializer,
+    "mcp_oauth": McpOAuthSerializer,
+    "environment_variable": EnvironmentVariableSerializer,
+}
+
+
+class VaultWriteSerializer(StrictSerializer):
+    display_name = StrictCharField(min_length=1, max_length=255)
+    metadata = MetadataField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.partial:
+            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
+
+
+class CredentialWriteSerializer(StrictSerializer):
+    """Create (`partial=False`) and update (`partial=True`; `auth` then replaces the credential's auth)."""
+
+    auth = TaggedUnionField(AUTH_KINDS, component_name="CredentialAuth")
+    display_name = StrictCharField(required=False, allow_null=True, max_length=255)
+    metadata = MetadataField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.partial:
+            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
+
+
+class VaultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The vault object (documentation of the response)."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["vault"])
+    display_name = serializers.CharField()
+    metadata = serializers.DictField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+
+
+class CredentialSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The credential object: `auth` without any secret (documentation of the response)."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["vault_credential"])
+    vault_id = serializers.CharField()
+    display_name = serializers.CharField(allow_null=True)
+    metadata = serializers.DictField(child=serializers.CharField())
+    auth = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)

@@ -1,0 +1,126 @@
+"""Writes for vaults and credentials. Secret fields are sealed on the way in and never stored in clear.
+
+A credential's validated `auth` is split in two: its public fields (returned by the API) and its
+secrets (`token`, `access_token`, `refresh_token`, `client_secret`, `secret_value`), each sealed
+with AES-GCM bound to the credential id and the field's path.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from django.db import transaction
+from django.utils import timezone
+
+from registry.core.errors import invalid_request
+from registry.core.fields import merge_metadata
+from registry.core.ids import new_id
+from registry.core.secrets import seal, unseal
+from registry.vaults.models import Vault, VaultCredential
+from registry.workspaces.models import Workspace
+
+SECRET_FIELDS = frozenset({"token", "access_token", "refresh_token", "client_secret", "secret_value"})
+REFRESH_TIMEOUT_SECONDS = 10
+
+
+def split_secrets(auth: dict[str, Any], credential_id: str, prefix: str = "") -> tuple[dict[str, Any], dict[str, str]]:
+    """(public fields, sealed secrets by dotted path) of a validated `auth` object."""
+    public: dict[str, Any] = {}
+    sealed: dict[str, str] = {}
+    for key, value in auth.items():
+        path = f"{prefix}{key}"
+        if key in SECRET_FIELDS:
+            sealed[path] = seal(str(value), context=f"{credential_id}:{path}")
+        elif isinstance(value, dict):
+            public[key], inner = split_secrets(value, credential_id, f"{path}.")
+            sealed.update(inner)
+        else:
+            public[key] = value.isoformat() if isinstance(value, datetime) else value
+    return public, sealed
+
+
+def secret_of(credential: VaultCredential, path: str) -> str | None:
+    """The plaintext of one secret field, for the runtime's use only."""
+    sealed = credential.sealed.get(path)
+    return None if sealed is None else unseal(sealed, context=f"{credential.id}:{path}")
+
+
+@transaction.atomic
+def vault_create(*, workspace: Workspace, values: dict[str, Any]) -> Vault:
+    return Vault.objects.create(
+        workspace=workspace, display_name=values["display_name"], metadata=values.get("metadata", {})
+    )
+
+
+@transaction.atomic
+def vault_update(*, vault: Vault, values: dict[str, Any]) -> Vault:
+    locked = Vault.objects.select_for_update().get(pk=vault.pk)
+    if "display_name" in values:
+        locked.display_name = values["display_name"]
+    if "metadata" in values:
+        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    locked.save()
+    return locked
+
+
+@transaction.atomic
+def credential_create(*, vault: Vault, values: dict[str, Any]) -> VaultCredential:
+    if vault.archived_at is not None:
+        raise invalid_request(f"Vault {vault.id} is archived; it takes no new credentials.")
+    credential_id = new_id("vcrd")
+    public, sealed = split_secrets(values["auth"], credential_id)
+    return VaultCredential.objects.create(
+        id=credential_id,
+        workspace_id=vault.workspace_id,
+        vault=vault,
+        display_name=values.get("display_name"),
+        metadata=values.get("metadata", {}),
+        auth=public,
+        sealed=sealed,
+    )
+
+
+@transaction.atomic
+def credential_update(*, credential: VaultCredential, values: dict[str, Any]) -> VaultCredential:
+    locked = VaultCredential.objects.select_for_update().get(pk=credential.pk)
+    if "auth" in values:
+        if values["auth"]["type"] != locked.auth["type"]:
+            raise invalid_request(f"auth.type: a {locked.auth['type']} credential cannot become another type.")
+        locked.auth, locked.sealed = split_secrets(values["auth"], locked.id)
+    if "display_name" in values:
+        locked.display_name = values["display_name"]
+    if "metadata" in values:
+        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    locked.save()
+    return locked
+
+
+@transaction.atomic
+def credential_refresh_oauth(*, credential: VaultCredential) -> VaultCredential:
+    """Exchange an `mcp_oauth` credential's refresh token for a new access token (RFC 6749 section 6)."""
+    locked = VaultCredential.objects.select_for_update().get(pk=credential.pk)
+    refresh = locked.auth.get("refresh") or {}
+    refresh_token = secret_of(locked, "refresh.refresh_token")
+    if not refresh or refresh_token is None:
+        raise invalid_request("This credential has no refresh settings.")
+    form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": refresh["client_id"]}
+    form.update({key: refresh[key] for key in ("scope", "resource") if refresh.get(key)})
+    method = refresh["token_endpoint_auth"]["type"]
+    client_secret = secret_of(locked, "refresh.token_endpoint_auth.client_secret")
+    basic = (refresh["client_id"], client_secret or "") if method == "client_secret_basic" else None
+    if method == "client_secret_post":
+        form["client_secret"] = client_secret or ""
+    response = httpx.post(refresh["token_endpoint"], data=form, auth=basic, timeout=REFRESH_TIMEOUT_SECONDS)
+    response.raise_for_status()
+    token = response.json()
+    locked.sealed["access_token"] = seal(token["access_token"], context=f"{locked.id}:access_token")
+    if token.get("refresh_token"):
+        locked.sealed["refresh.refresh_token"] = seal(
+            token["refresh_token"], context=f"{locked.id}:refresh.refresh_token"
+        )
+    if token.get("expires_in"):
+        locked.auth["expires_at"] = (timezone.now() + timedelta(seconds=int(token["expires_in"]))).isoformat()
+    locked.save(update_fields=["auth", "sealed", "updated_at"])
+    return locked
