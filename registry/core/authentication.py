@@ -25,6 +25,7 @@ class Principal:
     workspace: Workspace
     credential_kind: str  # "api_key" or "oidc"
     subject: str
+    is_org_admin: bool = False
 
     is_authenticated = True
 
@@ -48,7 +49,7 @@ class WorkspaceAuthentication(authentication.BaseAuthentication):
         if api_key is None:
             raise exceptions.AuthenticationFailed("Invalid API key.")
         api_key_mark_used(api_key=api_key)
-        return Principal(api_key.workspace, "api_key", api_key.display_prefix), api_key
+        return Principal(api_key.workspace, "api_key", api_key.display_prefix, api_key.is_org_admin), api_key
 
     @staticmethod
     def _authenticate_bearer(request: Request) -> tuple[Principal, Any] | None:
@@ -67,6 +68,15 @@ class WorkspaceAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+
+class IsOrganizationAdmin(permissions.BasePermission):
+    """Organization-wide writes (policy, prices) need an API key issued with `--org-admin`."""
+
+    message = "This operation needs an organization-admin API key."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, Principal) and request.user.is_org_admin
 
 
 class IsWorkspaceMember(permissions.BasePermission):

@@ -112,7 +112,9 @@ def classify(exc: Exception) -> tuple[ErrorType, int, str] | None:
         return ErrorType.INVALID_REQUEST, 415, str(exc.detail)
     if isinstance(exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)):
         return ErrorType.AUTHENTICATION, 401, str(exc.detail)
-    if isinstance(exc, (drf_exceptions.PermissionDenied, PermissionDenied)):
+    if isinstance(exc, drf_exceptions.PermissionDenied):
+        return ErrorType.PERMISSION, 403, str(exc.detail)
+    if isinstance(exc, PermissionDenied):
         return ErrorType.PERMISSION, 403, "You do not have permission to perform this action."
     if isinstance(exc, (drf_exceptions.NotFound, Http404)):
         return ErrorType.NOT_FOUND, 404, "Not found."

@@ -20,11 +20,19 @@ GROUP_RESOURCES: dict[str, list[dict[str, Any]]] = {
 # The hosted-cloud group is never served by a self-hosted deployment.
 NEVER_SERVED = {"cloud"}
 
+CRUD = ["create", "get", "list", "update", "delete"]
 CORE_RESOURCES = [
     {"name": name, "kind": kind, "verbs": verbs}
     for name, kind, verbs in (
         ("agents", "Agent", ["create", "get", "list", "update", "archive"]),
-        ("environments", "Environment", ["create", "get", "list", "update", "archive", "delete"]),
+        ("environments", "Environment", [*CRUD, "archive"]),
+        ("sessions", "Session", [*CRUD, "archive"]),
+        ("files", "File", ["create", "get", "list", "delete"]),
+        ("memory_stores", "MemoryStore", [*CRUD, "archive"]),
+        ("skills", "Skill", ["create", "get", "list", "delete"]),
+        ("vaults", "Vault", [*CRUD, "archive"]),
+        ("git-creds", "GitCredential", [*CRUD, "archive"]),
+        ("triggers", "Trigger", [*CRUD, "archive", "pause", "unpause", "start", "stop", "restart"]),
     )
 ]
 

@@ -26,6 +26,7 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    is_org_admin = models.BooleanField(default=False, help_text="May write organization policy and prices.")
 
     class Meta:
         verbose_name = "API key"

@@ -22,6 +22,7 @@ class Command(BaseCommand):
         key = actions.add_parser("key", help="Issue a new API key for a workspace.")
         key.add_argument("workspace_id")
         key.add_argument("--name", default="")
+        key.add_argument("--org-admin", action="store_true", help="The key may write organization policy and prices.")
         key.add_argument("--json", action="store_true", help="Print one JSON object.")
         member = actions.add_parser("member", help="Map an OIDC subject to a workspace.")
         member.add_argument("workspace_id")
@@ -38,7 +39,9 @@ class Command(BaseCommand):
                 f"Workspace {workspace.id} ({workspace.name})\nAPI key (shown once): {issued.plaintext}",
             )
         elif action == "key":
-            issued = services.api_key_issue(workspace=self.workspace(options["workspace_id"]), name=options["name"])
+            issued = services.api_key_issue(
+                workspace=self.workspace(options["workspace_id"]), name=options["name"], org_admin=options["org_admin"]
+            )
             self.emit(options, {"api_key": issued.plaintext}, f"API key (shown once): {issued.plaintext}")
         else:
             membership = services.membership_set(

@@ -1,0 +1,173 @@
+"""Extension-group endpoints: policy (guardrails, guardrail types), pricing (model prices), runtime
+(harnesses). A group this deployment does not serve answers 404, like a path that does not exist."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from registry.core.authentication import IsOrganizationAdmin, IsWorkspaceMember
+from registry.core.errors import conflict, not_found
+from registry.core.views import WorkspaceViewSet
+from registry.discovery.selectors import served_groups
+from registry.extensions import selectors
+from registry.extensions.catalog import GUARDRAIL_TYPES, HARNESSES
+from registry.extensions.models import Guardrail, ModelPrice
+from registry.extensions.serializers import GuardrailWriteSerializer, ModelPriceWriteSerializer
+
+WRITES = ("create", "partial_update", "destroy")
+
+
+class ExtensionViewSet(WorkspaceViewSet):
+    """Base: the group in the path must be served; writes need an organization-admin key."""
+
+    group_short: str
+    archivable = False
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("group") != f"{self.group_short}.{self.group_domain()}" or kwargs["group"] not in served_groups():
+            raise not_found(f"API group {kwargs.get('group')} is not served by this deployment.")
+        super().initial(request, *args, **kwargs)
+
+    @staticmethod
+    def group_domain() -> str:
+        return str(settings.REGISTRY_EXTENSION_DOMAIN)
+
+    def get_permissions(self) -> list[Any]:
+        return [IsOrganizationAdmin()] if self.action in WRITES else [IsWorkspaceMember()]
+
+    @staticmethod
+    def listing(data: list[Any]) -> Response:
+        return Response({"data": data, "next_page": None})
+
+
+class GuardrailViewSet(ExtensionViewSet):
+    """`/apis/policy.<domain>/v1/guardrails[/{id}]`."""
+
+    group_short = "policy"
+    model = Guardrail
+    resource_type = "guardrail"
+
+    def guardrail(self) -> Guardrail:
+        found = [
+            item
+            for item in selectors.visible_guardrails(self.principal.workspace_id)
+            if str(item.pk) == self.kwargs["id"]
+        ]
+        if not found:
+            raise not_found(f"Guardrail {self.kwargs['id']} not found.")
+        return found[0]
+
+    @extend_schema(responses={200: dict})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.listing(
+            [selectors.render_guardrail(item) for item in selectors.visible_guardrails(self.principal.workspace_id)]
+        )
+
+    @extend_schema(responses={200: dict})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(selectors.render_guardrail(self.guardrail()))
+
+    @extend_schema(request=GuardrailWriteSerializer, responses={200: dict})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = GuardrailWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = dict(body.validated_data)
+        values.setdefault("phases", GUARDRAIL_TYPES[values["type"]]["phases"])
+        try:
+            with transaction.atomic():
+                guardrail = Guardrail.objects.create(**values)
+        except IntegrityError:
+            raise conflict(f"name: a guardrail named {values['name']!r} exists.") from None
+        return Response(selectors.render_guardrail(guardrail))
+
+    @extend_schema(request=GuardrailWriteSerializer, responses={200: dict})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        guardrail = self.guardrail()
+        body = GuardrailWriteSerializer(guardrail, data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        for field, value in body.validated_data.items():
+            setattr(guardrail, field, value)
+        guardrail.save()
+        return Response(selectors.render_guardrail(guardrail))
+
+    @extend_schema(responses={200: dict})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        guardrail = self.guardrail()
+        identifier = str(guardrail.pk)
+        guardrail.delete()
+        return Response({"id": identifier, "type": "guardrail_deleted"})
+
+
+class GuardrailTypeViewSet(ExtensionViewSet):
+    """`/apis/policy.<domain>/v1/guardrailtypes[/{name}]`: the catalog of guardrail types."""
+
+    group_short = "policy"
+    model = Guardrail
+    resource_type = "guardrail_type"
+
+    @staticmethod
+    def render(name: str) -> dict[str, Any]:
+        return {"type": "guardrail_type", "name": name, **GUARDRAIL_TYPES[name]}
+
+    @extend_schema(responses={200: dict})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.listing([self.render(name) for name in sorted(GUARDRAIL_TYPES)])
+
+    @extend_schema(responses={200: dict})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if kwargs["name"] not in GUARDRAIL_TYPES:
+            raise not_found(f"Guardrail type {kwargs['name']} not found.")
+        return Response(self.render(kwargs["name"]))
+
+
+class ModelPriceViewSet(ExtensionViewSet):
+    """`/apis/pricing.<domain>/v1/modelprices`: effective prices (read); dated price rows (admin writes)."""
+
+    group_short = "pricing"
+    model = ModelPrice
+    resource_type = "model_price"
+
+    @extend_schema(responses={200: dict})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        prices = selectors.effective_prices(
+            provider=request.query_params.get("provider"), model=request.query_params.get("model")
+        )
+        return self.listing([selectors.render_price(price) for price in prices])
+
+    @extend_schema(request=ModelPriceWriteSerializer, responses={200: dict})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = ModelPriceWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = {"effective_from": timezone.now(), **body.validated_data}
+        try:
+            with transaction.atomic():
+                price = ModelPrice.objects.create(**values)
+        except IntegrityError:
+            raise conflict("effective_from: a price for this model starts at that instant already.") from None
+        return Response(selectors.render_price(price))
+
+    @extend_schema(responses={200: dict})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        deleted, _ = ModelPrice.objects.filter(pk=kwargs["id"]).delete()
+        if not deleted:
+            raise not_found(f"Model price {kwargs['id']} not found.")
+        return Response({"id": kwargs["id"], "type": "model_price_deleted"})
+
+
+class HarnessViewSet(ExtensionViewSet):
+    """`/apis/runtime.<domain>/v1/harnesses`: the harness catalog."""
+
+    group_short = "runtime"
+    model = Guardrail
+    resource_type = "harness"
+
+    @extend_schema(responses={200: dict})
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.listing([{"type": "harness", **harness} for harness in HARNESSES])
