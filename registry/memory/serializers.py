@@ -35,17 +35,15 @@ def path_problem(path: str) -> str | None:
     return None
 
 
-def validate_path(path: str) -> str:
+def validate_path(path: str) -> None:
     problem = path_problem(path)
     if problem:
         raise serializers.ValidationError(problem)
-    return path
 
 
-def validate_content(content: str) -> str:
+def validate_content(content: str) -> None:
     if len(content.encode()) > MAX_CONTENT_BYTES:
         raise serializers.ValidationError(f"must be at most {MAX_CONTENT_BYTES} bytes (UTF-8).")
-    return content
 
 
 class MemoryStoreWriteSerializer(StrictSerializer):

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.errors import invalid_request, not_found
+from registry.core.errors import flatten_validation_detail, invalid_request, not_found
 from registry.core.openapi import LIST_PARAMETERS, list_response
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
 from registry.core.views import DeleteMixin, WorkspaceViewSet
@@ -164,7 +164,7 @@ class MemoryViewSet(StoreContentsViewSet):
             try:
                 validate_path(prefix[:-1])
             except serializers.ValidationError as error:
-                raise invalid_request(f"path_prefix: {error.detail[0]}") from None
+                raise invalid_request(f"path_prefix: {flatten_validation_detail(error.detail)[0]}") from None
         if raw_depth in (None, ""):
             return prefix, None
         if not raw_depth.isdigit() or int(raw_depth) < 1:

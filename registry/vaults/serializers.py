@@ -15,11 +15,10 @@ from registry.core.fields import (
     TaggedUnionField,
 )
 
-SECRET = {"min_length": 1, "max_length": 16_384, "trim_whitespace": False}
 
-
-def secret_field(**kwargs: Any) -> StrictCharField:
-    return StrictCharField(write_only=True, **SECRET, **kwargs)
+def secret_field() -> StrictCharField:
+    """A secret: a non-empty string, never echoed back."""
+    return StrictCharField(write_only=True, min_length=1, max_length=16_384, trim_whitespace=False)
 
 
 class StaticBearerSerializer(StrictSerializer):

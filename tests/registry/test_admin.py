@@ -46,7 +46,7 @@ def test_new_key_is_shown_once(staff_client, tenant):
     assert response.status_code == 200
     shown = re.findall(r"sk-reg-[A-Za-z0-9_-]{20,}", response.content.decode())  # prefixes are shorter
     assert len(set(shown)) == 1
-    assert api_key_for_plaintext(shown[0]).name == "ci"
+    assert getattr(api_key_for_plaintext(shown[0]), "name", None) == "ci"
     listing = staff_client.get("/admin/workspaces/apikey/").content.decode()
     assert shown[0] not in listing
     assert ApiKey.objects.filter(workspace=tenant.workspace).count() == 2

@@ -12,7 +12,8 @@ def make_agents(api, count):
 
 
 def walk(api, path, **params):
-    seen, page = [], None
+    seen: list[str] = []
+    page = None
     while True:
         query = {**params, **({"page": page} if page else {})}
         body = api.get(path, query).json()

@@ -8,6 +8,7 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -63,7 +64,7 @@ def setup():
     return tenant, session["id"]
 
 
-def later(delay: float, action) -> None:
+def later(delay: float, action: Callable[[], object]) -> None:
     """Run `action` on another thread after `delay` seconds, closing that thread's database connection."""
 
     def run() -> None:
@@ -96,7 +97,7 @@ def test_cursor_rules_headers_and_end(setup):
     with live_registry(**FAST) as url:
         stream_url = f"{url}/v1/sessions/{session_id}/events/stream"
         headers = {"x-api-key": tenant.api_key, "accept": "application/json"}
-        later(1.0, lambda: (emit(session_id, 1), services.session_archive(session=_session(session_id))))
+        later(1.0, lambda: emit_then_terminate(session_id, "agent.message"))
         response, text = read_until_terminated(stream_url, {**headers, "Last-Event-ID": "2"}, {"from_cursor": "1"})
         assert response.headers["content-type"] == "text/event-stream"
         assert response.headers["cache-control"] == "no-cache"
@@ -116,18 +117,17 @@ def _session(session_id):
     return Session.objects.get(pk=session_id)
 
 
+def emit_then_terminate(session_id: str, *kinds: str) -> None:
+    for kind in kinds:
+        emit(session_id, 1, kind)
+    services.session_archive(session=_session(session_id))
+
+
 def test_without_cursor_only_new_events_and_native_dialect(setup):
     tenant, session_id = setup
     emit(session_id, 2)
     with live_registry(**FAST) as url:
-        later(
-            1.0,
-            lambda: (
-                emit(session_id, 1, "span.model_request_start"),
-                emit(session_id, 1),
-                services.session_archive(session=_session(session_id)),
-            ),
-        )
+        later(1.0, lambda: emit_then_terminate(session_id, "span.model_request_start", "agent.message"))
         _, text = read_until_terminated(
             f"{url}/v1/sessions/{session_id}/events/stream", {"x-api-key": tenant.api_key, "native-beta": "1"}
         )
@@ -218,6 +218,7 @@ async def resuming_reader(url: str, api_key: str, rng: random.Random) -> list[in
                     *blocks, buffer = buffer.split("\n\n")
                     frames, _ = parse_frames("\n\n".join(blocks) + "\n\n")
                     for frame in frames:
+                        assert frame.id is not None
                         received.append(frame.id)
                         cursor = frame.id + 1
                         if frame.event == "session.status_terminated":

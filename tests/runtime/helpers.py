@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 
@@ -103,8 +103,8 @@ class Conversation:
         headers = {"native-beta": "1"} if native else None
         sent = self.sdk.beta.sessions.events.send(
             self.session_id,
-            events=list(events),
-            extra_headers=headers,  # type: ignore[arg-type]
+            events=cast(Any, list(events)),
+            extra_headers=headers,
         )
         return [item.id for item in sent.data or []]
 
