@@ -1,0 +1,37 @@
+"""Django admin for triggers and their fires, read-only: a change must go through the services, which
+keep `next_fire_at` and `status` consistent with the schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from registry.triggers.models import Trigger, TriggerFire
+
+
+class TriggerFireInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = TriggerFire
+    extra = 0
+    fields = ("fire_at", "session", "error", "created_at")
+    readonly_fields = fields
+    can_delete = False
+    ordering = ("-fire_at",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Trigger)
+class TriggerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("id", "name", "workspace", "schedule", "timezone", "status", "next_fire_at", "last_fired_at")
+    list_filter = ("status",)
+    search_fields = ("id", "name")
+    inlines = [TriggerFireInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
