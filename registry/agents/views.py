@@ -14,37 +14,29 @@ from registry.agents.filters import AgentFilter
 from registry.agents.models import Agent
 from registry.agents.serializers import AgentSerializer, AgentWriteSerializer
 from registry.core.errors import invalid_request
-from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schema
 from registry.core.pagination import KeysetPagination
-from registry.core.views import WorkspaceViewSet
+from registry.core.views import WorkspaceViewSet, WriteMixin
 
 VERSION_PARAMETER = OpenApiParameter("version", OpenApiTypes.INT, description="Read this version of the agent.")
 
 
-@extend_schema_view(
-    create=extend_schema(request=AgentWriteSerializer, responses=AgentSerializer),
-    partial_update=extend_schema(request=AgentWriteSerializer, responses=AgentSerializer),
-    retrieve=extend_schema(parameters=[VERSION_PARAMETER], responses=AgentSerializer),
-    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("AgentList", AgentSerializer)),
-)
-class AgentViewSet(WorkspaceViewSet):
+@resource_schema("agent", read=AgentSerializer, write=AgentWriteSerializer, deletable=False)
+@extend_schema_view(retrieve=extend_schema(parameters=[VERSION_PARAMETER], responses=AgentSerializer))
+class AgentViewSet(WriteMixin, WorkspaceViewSet):
     model = Agent
     resource_type = "agent"
     render_object = staticmethod(selectors.render_agent)
     serializer_class = AgentSerializer
     filterset_class = AgentFilter
 
-    def create(self, request: Request) -> Response:
-        body = AgentWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        agent = services.agent_create(workspace=self.principal.workspace, values=dict(body.validated_data))
-        return Response(self.render(agent))
+    write_serializer = AgentWriteSerializer
 
-    def partial_update(self, request: Request, id: str) -> Response:
-        agent = self.get_object()
-        body = AgentWriteSerializer(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        return Response(self.render(services.agent_update(agent=agent, values=dict(body.validated_data))))
+    def create_instance(self, values: dict[str, Any]) -> Agent:
+        return services.agent_create(workspace=self.principal.workspace, values=values)
+
+    def update_instance(self, instance: Agent, values: dict[str, Any]) -> Agent:
+        return services.agent_update(agent=instance, values=values)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agent = self.get_object()

@@ -8,7 +8,14 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import is_serializer
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_serializer,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import serializers
 
 
@@ -22,6 +29,38 @@ def list_response(name: str, item: type[serializers.BaseSerializer[Any]], *, wit
         fields["prev_page"] = serializers.CharField(allow_null=True)
     # many=False: the envelope is one object, though spectacular wraps a `list` action's response in an array.
     return extend_schema_serializer(many=False)(inline_serializer(name, fields))  # type: ignore[type-var]
+
+
+def deleted_response(resource_type: str) -> Any:
+    """The documented `{"id", "type": "<resource>_deleted"}` answer of a delete."""
+    name = "".join(part.title() for part in resource_type.split("_")) + "Deleted"
+    return inline_serializer(
+        name, {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=[f"{resource_type}_deleted"])}
+    )
+
+
+def resource_schema(
+    resource_type: str,
+    *,
+    read: type[serializers.Serializer[Any]],
+    write: type[serializers.Serializer[Any]],
+    update: type[serializers.Serializer[Any]] | None = None,
+    deletable: bool = True,
+    with_prev_page: bool = False,
+) -> Any:
+    """The OpenAPI description of a standard resource family's viewset (create, update, get, list, delete)."""
+    name = "".join(part.title() for part in resource_type.split("_"))
+    operations = {
+        "create": extend_schema(request=write, responses=read),
+        "partial_update": extend_schema(request=update or write, responses=read),
+        "retrieve": extend_schema(responses=read),
+        "list": extend_schema(
+            parameters=LIST_PARAMETERS, responses=list_response(f"{name}List", read, with_prev_page=with_prev_page)
+        ),
+    }
+    if deletable:
+        operations["destroy"] = extend_schema(responses=deleted_response(resource_type))
+    return extend_schema_view(**operations)
 
 
 LIST_PARAMETERS = [

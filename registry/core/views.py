@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from django.db import models
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -106,6 +106,33 @@ class WorkspaceViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     @extend_schema(request=None)
     def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(self.render(resource_archive(instance=self.get_object())))
+
+
+class WriteMixin:
+    """`POST /v1/<family>` and `POST /v1/<family>/{id}`: validate with `write_serializer` (partial for
+    updates, or `update_serializer` when the family has one), then call the app's service."""
+
+    write_serializer: ClassVar[type[serializers.Serializer[Any]]]
+    update_serializer: ClassVar[type[serializers.Serializer[Any]] | None] = None
+
+    def create_instance(self, values: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def update_instance(self, instance: Any, values: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def validated(self, data: Any, *, partial: bool) -> dict[str, Any]:
+        serializer_class = (self.update_serializer or self.write_serializer) if partial else self.write_serializer
+        body = serializer_class(data=data, partial=partial)
+        body.is_valid(raise_exception=True)
+        return dict(body.validated_data)
+
+    def create(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self.render(self.create_instance(self.validated(request.data, partial=False))))
+
+    def partial_update(self: Any, request: Request, *args: Any, **kwargs: Any) -> Response:
+        instance = self.get_object()
+        return Response(self.render(self.update_instance(instance, self.validated(request.data, partial=True))))
 
 
 class DeleteMixin:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.core.errors import flatten_validation_detail, invalid_request, not_found
-from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_response, resource_schema
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
-from registry.core.views import DeleteMixin, WorkspaceViewSet
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.memory import selectors, services
 from registry.memory.filters import MemoryStoreFilter, MemoryVersionFilter
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
@@ -31,38 +31,21 @@ VIEW = OpenApiParameter("view", OpenApiTypes.STR, enum=["basic", "full"])
 FULL_VIEW_PAGE_LIMIT = 20
 
 
-def deleted(kind: str) -> Any:
-    return inline_serializer(
-        f"{kind.title().replace('_', '')}Deleted",
-        {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=[f"{kind}_deleted"])},
-    )
-
-
-@extend_schema_view(
-    create=extend_schema(request=MemoryStoreWriteSerializer, responses=MemoryStoreSerializer),
-    partial_update=extend_schema(request=MemoryStoreWriteSerializer, responses=MemoryStoreSerializer),
-    retrieve=extend_schema(responses=MemoryStoreSerializer),
-    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("MemoryStoreList", MemoryStoreSerializer)),
-    destroy=extend_schema(responses=deleted("memory_store")),
-)
-class MemoryStoreViewSet(DeleteMixin, WorkspaceViewSet):
+@resource_schema("memory_store", read=MemoryStoreSerializer, write=MemoryStoreWriteSerializer)
+class MemoryStoreViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = MemoryStore
     resource_type = "memory_store"
     render_object = staticmethod(selectors.render_store)
     serializer_class = MemoryStoreSerializer
     filterset_class = MemoryStoreFilter
 
-    def create(self, request: Request) -> Response:
-        body = MemoryStoreWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        store = services.memory_store_create(workspace=self.principal.workspace, values=dict(body.validated_data))
-        return Response(self.render(store))
+    write_serializer = MemoryStoreWriteSerializer
 
-    def partial_update(self, request: Request, id: str) -> Response:
-        store = self.get_object()
-        body = MemoryStoreWriteSerializer(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        return Response(self.render(services.memory_store_update(store=store, values=dict(body.validated_data))))
+    def create_instance(self, values: dict[str, Any]) -> MemoryStore:
+        return services.memory_store_create(workspace=self.principal.workspace, values=values)
+
+    def update_instance(self, instance: MemoryStore, values: dict[str, Any]) -> MemoryStore:
+        return services.memory_store_update(store=instance, values=values)
 
 
 class StoreContentsViewSet(WorkspaceViewSet):
@@ -115,7 +98,7 @@ class MemoryViewSet(StoreContentsViewSet):
         return Response(selectors.render_memory(updated, full=body.validated_data.get("view") == "full"))
 
     @extend_schema(
-        parameters=[OpenApiParameter("expected_content_sha256", OpenApiTypes.STR)], responses=deleted("memory")
+        parameters=[OpenApiParameter("expected_content_sha256", OpenApiTypes.STR)], responses=deleted_response("memory")
     )
     def destroy(self, request: Request, id: str, memory_id: str) -> Response:
         memory = self.memory()

@@ -8,16 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.core.errors import not_found
-from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schema
 from registry.core.pagination import KeysetPagination
 from registry.core.serialization import timestamp
-from registry.core.views import DeleteMixin, WorkspaceViewSet
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.sessions import selectors, services
 from registry.sessions.events import SendEventsSerializer
 from registry.sessions.filters import EventFilter, SessionFilter
@@ -38,21 +38,14 @@ def is_native(request: Request) -> bool:
     return bool(request.META.get(NATIVE_HEADER, "").strip())
 
 
-@extend_schema_view(
-    create=extend_schema(request=SessionCreateSerializer, responses=SessionSerializer),
-    partial_update=extend_schema(request=SessionUpdateSerializer, responses=SessionSerializer),
-    retrieve=extend_schema(responses=SessionSerializer),
-    list=extend_schema(
-        parameters=LIST_PARAMETERS, responses=list_response("SessionList", SessionSerializer, with_prev_page=True)
-    ),
-    destroy=extend_schema(
-        responses=inline_serializer(
-            "SessionDeleted",
-            {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=["session_deleted"])},
-        )
-    ),
+@resource_schema(
+    "session",
+    read=SessionSerializer,
+    write=SessionCreateSerializer,
+    update=SessionUpdateSerializer,
+    with_prev_page=True,
 )
-class SessionViewSet(DeleteMixin, WorkspaceViewSet):
+class SessionViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Session
     resource_type = "session"
     render_object = staticmethod(selectors.render_session)
@@ -60,17 +53,14 @@ class SessionViewSet(DeleteMixin, WorkspaceViewSet):
     filterset_class = SessionFilter
     pagination = KeysetPagination(with_prev_page=True)
 
-    def create(self, request: Request) -> Response:
-        body = SessionCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        session = services.session_create(workspace=self.principal.workspace, values=dict(body.validated_data))
-        return Response(self.render(session))
+    write_serializer = SessionCreateSerializer
+    update_serializer = SessionUpdateSerializer
 
-    def partial_update(self, request: Request, id: str) -> Response:
-        session = self.get_object()
-        body = SessionUpdateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return Response(self.render(services.session_update(session=session, values=dict(body.validated_data))))
+    def create_instance(self, values: dict[str, Any]) -> Session:
+        return services.session_create(workspace=self.principal.workspace, values=values)
+
+    def update_instance(self, instance: Session, values: dict[str, Any]) -> Session:
+        return services.session_update(session=instance, values=values)
 
     @extend_schema(request=None)
     def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:

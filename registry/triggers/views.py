@@ -7,13 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.openapi import LIST_PARAMETERS, list_response
-from registry.core.views import DeleteMixin, WorkspaceViewSet
+from registry.core.openapi import resource_schema
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.triggers import services
 from registry.triggers.models import Trigger
 from registry.triggers.selectors import render_trigger
@@ -23,19 +22,8 @@ ACTIONS = ("pause", "unpause", "start", "stop", "restart")
 ACTION_SCHEMA = extend_schema(request=None, responses=TriggerSerializer)
 
 
-@extend_schema_view(
-    create=extend_schema(request=TriggerWriteSerializer, responses=TriggerSerializer),
-    partial_update=extend_schema(request=TriggerWriteSerializer, responses=TriggerSerializer),
-    retrieve=extend_schema(responses=TriggerSerializer),
-    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("TriggerList", TriggerSerializer)),
-    destroy=extend_schema(
-        responses=inline_serializer(
-            "TriggerDeleted",
-            {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=["trigger_deleted"])},
-        )
-    ),
-)
-class TriggerViewSet(DeleteMixin, WorkspaceViewSet):
+@resource_schema("trigger", read=TriggerSerializer, write=TriggerWriteSerializer)
+class TriggerViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Trigger
     resource_type = "trigger"
     render_object = staticmethod(render_trigger)
@@ -44,17 +32,13 @@ class TriggerViewSet(DeleteMixin, WorkspaceViewSet):
     def get_queryset(self) -> QuerySet[Trigger]:
         return super().get_queryset().select_related("agent", "workspace")
 
-    def create(self, request: Request) -> Response:
-        body = TriggerWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        trigger = services.trigger_create(workspace=self.principal.workspace, values=dict(body.validated_data))
-        return Response(self.render(trigger))
+    write_serializer = TriggerWriteSerializer
 
-    def partial_update(self, request: Request, id: str) -> Response:
-        trigger = self.get_object()
-        body = TriggerWriteSerializer(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        return Response(self.render(services.trigger_update(trigger=trigger, values=dict(body.validated_data))))
+    def create_instance(self, values: dict[str, Any]) -> Trigger:
+        return services.trigger_create(workspace=self.principal.workspace, values=values)
+
+    def update_instance(self, instance: Trigger, values: dict[str, Any]) -> Trigger:
+        return services.trigger_update(trigger=instance, values=values)
 
     def act(self, service: Callable[..., Trigger]) -> Response:
         return Response(self.render(service(trigger=self.get_object())))

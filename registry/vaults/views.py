@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, extend_schema_view, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.core.errors import not_found
-from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_response, resource_schema
 from registry.core.services import resource_archive
-from registry.core.views import DeleteMixin, WorkspaceViewSet
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.vaults import selectors, services
 from registry.vaults.models import Vault, VaultCredential
 from registry.vaults.serializers import (
@@ -23,38 +22,20 @@ from registry.vaults.serializers import (
 )
 
 
-def deleted(kind: str) -> Any:
-    return inline_serializer(
-        f"{kind.title().replace('_', '')}Deleted",
-        {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=[f"{kind}_deleted"])},
-    )
-
-
-@extend_schema_view(
-    create=extend_schema(request=VaultWriteSerializer, responses=VaultSerializer),
-    partial_update=extend_schema(request=VaultWriteSerializer, responses=VaultSerializer),
-    retrieve=extend_schema(responses=VaultSerializer),
-    list=extend_schema(parameters=LIST_PARAMETERS, responses=list_response("VaultList", VaultSerializer)),
-    destroy=extend_schema(responses=deleted("vault")),
-)
-class VaultViewSet(DeleteMixin, WorkspaceViewSet):
+@resource_schema("vault", read=VaultSerializer, write=VaultWriteSerializer)
+class VaultViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Vault
     resource_type = "vault"
     render_object = staticmethod(selectors.render_vault)
     serializer_class = VaultSerializer
 
-    def create(self, request: Request) -> Response:
-        body = VaultWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        return Response(
-            self.render(services.vault_create(workspace=self.principal.workspace, values=dict(body.validated_data)))
-        )
+    write_serializer = VaultWriteSerializer
 
-    def partial_update(self, request: Request, id: str) -> Response:
-        vault = self.get_object()
-        body = VaultWriteSerializer(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        return Response(self.render(services.vault_update(vault=vault, values=dict(body.validated_data))))
+    def create_instance(self, values: dict[str, Any]) -> Vault:
+        return services.vault_create(workspace=self.principal.workspace, values=values)
+
+    def update_instance(self, instance: Vault, values: dict[str, Any]) -> Vault:
+        return services.vault_update(vault=instance, values=values)
 
 
 class CredentialViewSet(WorkspaceViewSet):
@@ -104,7 +85,7 @@ class CredentialViewSet(WorkspaceViewSet):
     def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return Response(selectors.render_credential(resource_archive(instance=self.credential())))
 
-    @extend_schema(responses=deleted("vault_credential"))
+    @extend_schema(responses=deleted_response("vault_credential"))
     def destroy(self, request: Request, id: str, credential_id: str) -> Response:
         self.credential().delete()
         return Response({"id": credential_id, "type": "vault_credential_deleted"})
