@@ -64,8 +64,15 @@ INSTALLED_APPS = [
     "registry.agents",
     "registry.environments",
     "registry.sessions",
+    "registry.triggers",
     "registry.runtime",
     "registry.memory",
+    "registry.vaults",
+    "registry.gitcreds",
+    "registry.files",
+    "registry.skills",
+    "registry.extensions",
+    "registry.internal",
     "registry.discovery",
     "gatewayproxy",
 ]
@@ -146,6 +153,18 @@ STATIC_ROOT = DATA_DIR / "static"
 REGISTRY_MAX_BODY_BYTES = env_int("REGISTRY_MAX_BODY_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REGISTRY_MAX_BODY_BYTES
 
+# Uploads (files, skill bundles): multipart bodies up to this size, answered 413 beyond it, even when
+# sent without a Content-Length. Their bytes go to the "default" storage: a directory under the data
+# directory unless STORAGES names another backend (an object store).
+REGISTRY_MAX_UPLOAD_BYTES = env_int("REGISTRY_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
+STORAGES = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": DATA_DIR / "uploads"},
+    },
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["registry.core.authentication.WorkspaceAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["registry.core.authentication.IsWorkspaceMember"],
@@ -199,6 +218,14 @@ REGISTRY_EXTENSION_GROUPS = env_list("REGISTRY_EXTENSION_GROUPS", [])
 # Streams read the database at least this often, so a lost wake-up only delays an event.
 REGISTRY_STREAM_POLL_SECONDS = float(env_str("REGISTRY_STREAM_POLL_SECONDS", "1.0"))
 REGISTRY_STREAM_KEEPALIVE_SECONDS = float(env_str("REGISTRY_STREAM_KEEPALIVE_SECONDS", "15"))
+
+# Internal endpoints for gateways (/internal/v1/...): off on a public listener, on for an internal one.
+REGISTRY_INTERNAL_API = env_bool("REGISTRY_INTERNAL_API", True)
+REGISTRY_INTERNAL_TOKEN_FILE = env_str("REGISTRY_INTERNAL_TOKEN_FILE")
+# Guardrail bundles: how long one is good for, and the ES256 key that signs them (PEM, optional).
+REGISTRY_BUNDLE_TTL_SECONDS = env_int("REGISTRY_BUNDLE_TTL_SECONDS", 900)
+REGISTRY_BUNDLE_SIGNING_KEY_FILE = env_str("REGISTRY_BUNDLE_SIGNING_KEY_FILE")
+REGISTRY_BUNDLE_KEY_ID = env_str("REGISTRY_BUNDLE_KEY_ID", "registry-bundle-1")
 
 IDEMPOTENCY_KEY_TTL_SECONDS = 24 * 3600
 # A key whose first request started this long ago and never finished is taken over.

@@ -3,6 +3,7 @@
 Anything else (the old `/v1/registry/...` form included) is a 404 in the error envelope.
 """
 
+from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
@@ -15,10 +16,19 @@ urlpatterns = [
     path("v1/", include("registry.agents.urls")),
     path("v1/", include("registry.environments.urls")),
     path("v1/", include("registry.sessions.urls")),
+    path("v1/", include("registry.triggers.urls")),
     path("v1/", include("registry.memory.urls")),
+    path("v1/", include("registry.vaults.urls")),
+    path("v1/", include("registry.gitcreds.urls")),
+    path("v1/", include("registry.files.urls")),
+    path("v1/", include("registry.skills.urls")),
+    path("", include("registry.extensions.urls")),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("admin/", admin.site.urls),
 ]
+
+if settings.REGISTRY_INTERNAL_API:
+    urlpatterns.append(path("internal/v1/", include("registry.internal.urls")))
 
 
 def not_found_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:

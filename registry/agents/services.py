@@ -10,6 +10,7 @@ from rest_framework import serializers
 from registry.agents.models import Agent, AgentVersion
 from registry.core.errors import conflict
 from registry.core.fields import merge_metadata
+from registry.skills.selectors import check_agent_skills
 from registry.workspaces.models import Workspace
 
 SPEC_FIELDS = (
@@ -111,6 +112,7 @@ def build_spec(values: dict[str, Any], base: dict[str, Any] | None = None) -> di
 @transaction.atomic
 def agent_create(*, workspace: Workspace, values: dict[str, Any]) -> Agent:
     spec = build_spec(values)
+    check_agent_skills(workspace_id=workspace.pk, skills=spec["skills"])
     agent = Agent.objects.create(workspace=workspace, name=spec["name"], version=1, spec=spec)
     AgentVersion.objects.create(agent=agent, version=1, spec=spec)
     return agent
@@ -124,6 +126,8 @@ def agent_update(*, agent: Agent, values: dict[str, Any]) -> Agent:
     if expected is not None and expected != locked.version:
         raise conflict(f"version: the agent is at version {locked.version}, not {expected}.")
     spec = build_spec(values, base=locked.spec)
+    if "skills" in values:
+        check_agent_skills(workspace_id=locked.workspace_id, skills=spec["skills"])
     if spec == locked.spec:
         return locked
     locked.version += 1

@@ -7,12 +7,14 @@ Same key, same method, path and body: the first response again (errors too), wit
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,6 +23,8 @@ from registry.core.errors import ApiError, ErrorType, conflict, invalid_request
 from registry.core.models import IdempotencyKey
 
 HEADER = "HTTP_IDEMPOTENCY_KEY"
+READ_CHUNK_BYTES = 64 * 1024
+SPOOL_IN_MEMORY_BYTES = 1024 * 1024
 MAX_KEY_LENGTH = 255
 
 
@@ -40,10 +44,34 @@ class Claim:
 
 
 def fingerprint_of(request: Request) -> str:
+    """SHA-256 of method, path and body. A multipart body is hashed as it is read and spooled (to disk
+    past 1 MiB), then put back for the view, so a large upload is neither held in memory nor read twice."""
     digest = hashlib.sha256()
     digest.update((request.method or "").encode() + b" " + request.get_full_path().encode() + b"\n")
-    digest.update(request._request.body)  # the raw bytes, so any byte of difference counts
+    django_request = request._request
+    if django_request.content_type == "multipart/form-data":
+        _hash_and_respool(django_request, digest)
+    else:
+        digest.update(django_request.body)  # the raw bytes, so any byte of difference counts
     return digest.hexdigest()
+
+
+def _hash_and_respool(django_request: HttpRequest, digest: Any) -> None:
+    limit = int(getattr(settings, "REGISTRY_MAX_UPLOAD_BYTES", settings.REGISTRY_MAX_BODY_BYTES))
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115 (handed to the request)
+    received = 0
+    while chunk := django_request.read(READ_CHUNK_BYTES):
+        received += len(chunk)
+        if received > limit:
+            spool.close()
+            raise ApiError(ErrorType.REQUEST_TOO_LARGE, f"Request body exceeds the limit of {limit} bytes.")
+        digest.update(chunk)
+        spool.write(chunk)
+    spool.seek(0)
+    django_request._stream = spool  # type: ignore[attr-defined]
+    django_request._idempotency_spool = spool  # type: ignore[attr-defined]  (closed by `release`)
+    django_request._read_started = False  # type: ignore[attr-defined]
+    django_request.META["CONTENT_LENGTH"] = str(received)
 
 
 def claim(request: Request, workspace_id: str) -> Claim | None:
@@ -90,6 +118,13 @@ def _outcome_for(row: IdempotencyKey, fingerprint: str) -> Exception:
     response = Response(row.response_body, status=row.response_status)
     response["idempotent-replayed"] = "true"
     return IdempotentReplay(response)
+
+
+def release(request: Request) -> None:
+    """Close the spooled copy of an upload's body, once the view is done with it."""
+    spool = getattr(request._request, "_idempotency_spool", None)
+    if spool is not None:
+        spool.close()
 
 
 def record(claimed: Claim, response: Response) -> None:

@@ -58,6 +58,7 @@ class WorkspaceViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().finalize_response(request, response, *args, **kwargs)
+        idempotency.release(request)
         claim = getattr(self, "idempotency_claim", None)
         if claim is not None and isinstance(response, Response):
             idempotency.record(claim, response)

@@ -20,9 +20,13 @@ from registry.core.errors import invalid_request
 from registry.core.fields import merge_metadata
 from registry.core.secrets import seal
 from registry.environments.models import Environment
+from registry.files.selectors import check_file_resources
+from registry.gitcreds.selectors import git_credential_for_url
+from registry.memory.models import MemoryStore
 from registry.sessions import notify
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
+from registry.vaults.models import Vault
 from registry.workspaces.models import Workspace
 
 EMPTY_USAGE = {
@@ -58,6 +62,36 @@ def _resolve_environment(workspace: Workspace, environment_id: str) -> Environme
     return environment
 
 
+def _check_references(workspace: Workspace, values: dict[str, Any]) -> None:
+    """Vaults and memory stores a session names must be live resources of its workspace."""
+    vault_ids = list(values.get("vault_ids") or [])
+    live_vaults = set(
+        Vault.objects.filter(workspace=workspace, pk__in=vault_ids, archived_at__isnull=True).values_list(
+            "id", flat=True
+        )
+    )
+    missing = [vault_id for vault_id in vault_ids if vault_id not in live_vaults]
+    if missing:
+        raise invalid_request(f"vault_ids: no live vault {missing[0]} in this workspace.")
+    store_ids = [item["memory_store_id"] for item in values.get("resources") or [] if item["type"] == "memory_store"]
+    live_stores = set(
+        MemoryStore.objects.filter(workspace=workspace, pk__in=store_ids, archived_at__isnull=True).values_list(
+            "id", flat=True
+        )
+    )
+    missing = [store_id for store_id in store_ids if store_id not in live_stores]
+    if missing:
+        raise invalid_request(f"resources: no live memory store {missing[0]} in this workspace.")
+
+
+def _repository_credential(workspace: Workspace, resource: dict[str, Any]) -> dict[str, Any]:
+    """A repository without its own token clones with the workspace's git credential for its host."""
+    if resource.get("authorization_token"):
+        return {}
+    credential = git_credential_for_url(workspace_id=workspace.pk, url=resource["url"])
+    return {"git_credential_id": credential.id} if credential else {}
+
+
 def _resource_record(resource: dict[str, Any], now: str) -> dict[str, Any]:
     """A session resource as stored: an id, timestamps, defaults, and any token sealed (never echoed)."""
     record = {key: value for key, value in resource.items() if key != "authorization_token"}
@@ -82,6 +116,8 @@ def _resource_record(resource: dict[str, Any], now: str) -> dict[str, Any]:
 def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
     agent, version, spec = _resolve_agent(workspace, values["agent"])
     environment = _resolve_environment(workspace, values["environment_id"])
+    _check_references(workspace, values)
+    check_file_resources(workspace_id=workspace.pk, resources=values.get("resources") or [])
     now = timezone.now().isoformat()
     session = Session.objects.create(
         workspace=workspace,
@@ -93,7 +129,13 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
         title=values.get("title"),
         metadata=values.get("metadata", {}),
         vault_ids=list(values.get("vault_ids") or []),
-        resources=[_resource_record(item, now) for item in values.get("resources") or []],
+        resources=[
+            {
+                **_resource_record(item, now),
+                **(_repository_credential(workspace, item) if item["type"] == "github_repository" else {}),
+            }
+            for item in values.get("resources") or []
+        ],
         usage=EMPTY_USAGE,
     )
     initial_events = values.get("initial_events") or []

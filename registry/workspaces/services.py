@@ -31,7 +31,10 @@ class IssuedKey:
 def api_key_issue(*, workspace: Workspace, name: str = "", org_admin: bool = False) -> IssuedKey:
     plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
-        workspace=workspace, name=name, digest=digest_of(plaintext), display_prefix=plaintext[:12],
+        workspace=workspace,
+        name=name,
+        digest=digest_of(plaintext),
+        display_prefix=plaintext[:12],
         is_org_admin=org_admin,
     )
     return IssuedKey(api_key=api_key, plaintext=plaintext)

@@ -6,6 +6,7 @@ import threading
 
 import httpx
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from registry.agents.models import Agent
 from registry.core.models import IdempotencyKey
@@ -97,3 +98,30 @@ def test_twenty_concurrent_requests_create_exactly_one(live_server):
     created_ids = {body["id"] for status, body in results if status == 200}
     assert len(created_ids) == 1
     assert {status for status, _ in results} <= {200, 409}
+
+
+def test_large_idempotent_upload_is_hashed_without_the_json_body_limit(api, settings, tmp_path):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}},
+    }
+    payload = b"x" * (3 * 1024 * 1024)  # over REGISTRY_MAX_BODY_BYTES (2 MiB), under the upload limit
+    send = [
+        api.post(
+            "/v1/files",
+            {"file": SimpleUploadedFile("big.bin", payload)},
+            format="multipart",
+            HTTP_IDEMPOTENCY_KEY="big-upload",
+        )
+        for _ in range(2)
+    ]
+    assert [response.status_code for response in send] == [200, 200]
+    assert send[1]["idempotent-replayed"] == "true" and send[0].json() == send[1].json()
+    assert send[0].json()["size_bytes"] == len(payload)
+    other = api.post(
+        "/v1/files",
+        {"file": SimpleUploadedFile("big.bin", payload[:-1] + b"y")},
+        format="multipart",
+        HTTP_IDEMPOTENCY_KEY="big-upload",
+    )
+    assert_error(other, 422, "invalid_request_error", "Idempotency-Key")

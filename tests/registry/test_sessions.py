@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from registry.sessions import services
 from registry.sessions.models import Session, SessionEvent
@@ -48,14 +49,20 @@ def test_create_pins_agent_version(api, agent, environment):
     assert latest["harness"] == {"type": "default"}
 
 
-def test_resources_are_recorded_and_tokens_never_returned(api, agent, environment):
+def test_resources_are_recorded_and_tokens_never_returned(api, agent, environment, settings, tmp_path):
+    store = api.post("/v1/memory_stores", {"name": "notes"}, format="json").json()
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {**settings.STORAGES["default"], "OPTIONS": {"location": tmp_path}},
+    }
+    uploaded = api.post("/v1/files", {"file": SimpleUploadedFile("a.txt", b"a")}, format="multipart").json()
     session = create(
         api,
         agent=agent["id"],
         environment_id=environment["id"],
         resources=[
-            {"type": "file", "file_id": "file_abc"},
-            {"type": "memory_store", "memory_store_id": "mems_abc", "access": "read_only"},
+            {"type": "file", "file_id": uploaded["id"]},
+            {"type": "memory_store", "memory_store_id": store["id"], "access": "read_only"},
             {
                 "type": "github_repository",
                 "url": "https://github.com/acme/tool.git",
@@ -64,7 +71,7 @@ def test_resources_are_recorded_and_tokens_never_returned(api, agent, environmen
         ],
     )
     file, memory, repository = session["resources"]
-    assert file["mount_path"].endswith("file_abc") and memory["access"] == "read_only"
+    assert file["mount_path"].endswith(uploaded["id"]) and memory["access"] == "read_only"
     assert repository["mount_path"] == "/workspace/tool"
     assert "ghp_CANARY" not in str(session) and "authorization_token" not in repository
     stored = Session.objects.get(pk=session["id"]).resources[2]
@@ -96,6 +103,44 @@ def test_invalid_create_is_400_and_writes_nothing(api, agent, environment, body,
         body["agent"] = {**body["agent"], "id": agent["id"]}
     assert_error(api.post("/v1/sessions", body, format="json"), 400, "invalid_request_error", field)
     assert Session.objects.count() == 0
+
+
+def test_vaults_and_memory_stores_must_exist_and_be_live(api, agent, environment, other_tenant):
+    base = {"agent": agent["id"], "environment_id": environment["id"]}
+    vault = api.post("/v1/vaults", {"display_name": "v"}, format="json").json()
+    foreign = other_tenant.client.post("/v1/vaults", {"display_name": "theirs"}, format="json").json()
+    assert create(api, **base, vault_ids=[vault["id"]])["vault_ids"] == [vault["id"]]
+    assert_error(
+        api.post("/v1/sessions", {**base, "vault_ids": [foreign["id"]]}, format="json"),
+        400,
+        "invalid_request_error",
+        "vault_ids",
+    )
+    api.post(f"/v1/vaults/{vault['id']}/archive")
+    assert_error(
+        api.post("/v1/sessions", {**base, "vault_ids": [vault["id"]]}, format="json"),
+        400,
+        "invalid_request_error",
+        "vault_ids",
+    )
+    missing_store = {"type": "memory_store", "memory_store_id": "mems_missing"}
+    assert_error(
+        api.post("/v1/sessions", {**base, "resources": [missing_store]}, format="json"),
+        400,
+        "invalid_request_error",
+        "memory store",
+    )
+
+
+def test_repository_without_token_uses_the_hosts_git_credential(api, agent, environment):
+    credential = api.post("/v1/git-creds", {"host": "github.com", "token": "ghp_FROMVAULT"}, format="json").json()
+    session = create(
+        api,
+        agent=agent["id"],
+        environment_id=environment["id"],
+        resources=[{"type": "github_repository", "url": "https://github.com/acme/tool"}],
+    )
+    assert session["resources"][0]["git_credential_id"] == credential["id"]
 
 
 def test_archived_agent_or_environment_cannot_start_sessions(api, agent, environment, session):

@@ -1,0 +1,58 @@
+"""Reads for files: the rendered metadata object, lookups by id, and the reference check of sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import IO, Any
+
+from django.db.models import QuerySet
+
+from registry.core.errors import invalid_request, not_found
+from registry.core.serialization import timestamp
+from registry.files.models import File
+from registry.files.storage import upload_storage
+
+MAX_LISTED_IDS = 100
+
+
+def render_file(file: File) -> dict[str, Any]:
+    return {
+        "id": file.id,
+        "type": "file",
+        "filename": file.filename,
+        "mime_type": file.mime_type,
+        "size_bytes": file.size_bytes,
+        "created_at": timestamp(file.created_at),
+        "downloadable": not file.expired,
+        "expires_at": timestamp(file.expires_at),
+        # Only uploads exist so far; files a session creates would carry {"type": "session", "id": ...}.
+        "scope": None,
+    }
+
+
+def files_with_ids(queryset: QuerySet[File], ids: Iterable[str]) -> list[File]:
+    """The files among `ids` (deduplicated, at most 100), newest first; unknown ids are omitted."""
+    wanted = set(ids)
+    if len(wanted) > MAX_LISTED_IDS:
+        raise invalid_request(f"ids: at most {MAX_LISTED_IDS} entries.")
+    return list(queryset.filter(pk__in=wanted).order_by("-created_at", "-id"))
+
+
+def file_content(file: File) -> IO[bytes]:
+    """The file's bytes, opened from the storage; an expired file's content is a 404."""
+    if file.expired:
+        raise not_found(f"File {file.id} has expired.")
+    stream: IO[bytes] = upload_storage().open(file.storage_name, "rb")
+    return stream
+
+
+def check_file_resources(*, workspace_id: str, resources: Iterable[dict[str, Any]]) -> None:
+    """Every `file` resource of a session names an unexpired file of the session's workspace."""
+    for index, resource in enumerate(resources):
+        if resource["type"] != "file":
+            continue
+        file = File.objects.filter(workspace_id=workspace_id, pk=resource["file_id"]).first()
+        if file is None:
+            raise invalid_request(f"resources[{index}].file_id: no file {resource['file_id']} in this workspace.")
+        if file.expired:
+            raise invalid_request(f"resources[{index}].file_id: file {file.id} has expired.")

@@ -1,0 +1,86 @@
+"""Reads for skills: rendered objects, version lookups, the zip of a version, and agents' references."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from typing import IO, Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from registry.core.errors import invalid_request, not_found
+from registry.core.serialization import timestamp
+from registry.files.storage import upload_storage
+from registry.skills.models import Skill, SkillVersion
+
+LATEST = "latest"
+
+
+def render_skill(skill: Skill) -> dict[str, Any]:
+    return {
+        "id": skill.id,
+        "type": "skill",
+        "display_name": skill.display_name,
+        "latest_version_id": skill.latest_version,
+        "source": {"type": "custom"},
+        "created_at": timestamp(skill.created_at),
+        "updated_at": timestamp(skill.updated_at),
+    }
+
+
+def render_skill_version(version: SkillVersion) -> dict[str, Any]:
+    return {
+        "id": version.version,
+        "type": "skill_version",
+        "skill_id": version.skill_id,
+        "name": version.name,
+        "description": version.description,
+        "created_at": timestamp(version.created_at),
+    }
+
+
+def skill_versions(*, skill: Skill) -> QuerySet[SkillVersion]:
+    return SkillVersion.objects.filter(skill=skill)
+
+
+def skill_version_get(*, skill: Skill, version: str) -> SkillVersion:
+    """A version by id, or the newest one for `latest`."""
+    wanted = skill.latest_version if version == LATEST else version
+    found = skill_versions(skill=skill).filter(version=wanted).first()
+    if found is None:
+        raise not_found(f"Skill {skill.id} has no version {version}.")
+    return found
+
+
+def skill_version_archive(*, version: SkillVersion) -> IO[bytes]:
+    """A zip of the version's bundle, its files under a top-level directory named after the skill."""
+    # Closed by the response once it is sent.
+    archive = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE)  # noqa: SIM115
+    storage = upload_storage()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for file in version.files.order_by("path"):
+            with (
+                storage.open(file.storage_name, "rb") as source,
+                bundle.open(f"{version.name}/{file.path}", "w") as target,
+            ):
+                shutil.copyfileobj(source, target)
+    archive.seek(0)
+    return archive  # type: ignore[return-value]
+
+
+def check_agent_skills(*, workspace_id: str, skills: Iterable[dict[str, Any]]) -> None:
+    """Every `custom` skill of an agent names a skill of its workspace, and `latest` or one of its versions."""
+    for index, reference in enumerate(skills):
+        if reference["type"] != "custom":
+            continue
+        skill = Skill.objects.filter(workspace_id=workspace_id, pk=reference["skill_id"]).first()
+        if skill is None:
+            raise invalid_request(
+                f"skills[{index}].skill_id: no custom skill {reference['skill_id']} in this workspace."
+            )
+        version = reference.get("version") or LATEST
+        if version != LATEST and not skill_versions(skill=skill).filter(version=version).exists():
+            raise invalid_request(f"skills[{index}].version: skill {skill.id} has no version {version}.")
