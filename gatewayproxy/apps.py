@@ -4,5 +4,7 @@ from django.apps import AppConfig
 
 
 class GatewayProxyConfig(AppConfig):
+    """The gateway's Django app: it registers the `rungateway` command."""
+
     name = "gatewayproxy"
     label = "gatewayproxy"

@@ -1,0 +1,87 @@
+"""What every destination adapter provides: its native shape, the operations it serves, and how it turns a
+native-shape body into an authenticated upstream call."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import orjson
+
+from gatewayproxy.config.models import Destination
+from gatewayproxy.http.sse import SseDecoder, SseEvent
+from gatewayproxy.pipeline.context import Operation
+from gatewayproxy.server.upstream import Origin
+from gatewayproxy.vaults.resolvers import Secret, VaultResolver
+
+
+class Shape(enum.Enum):
+    """The body shape a destination speaks natively."""
+
+    CHAT = "chat"
+    MESSAGES = "messages"
+
+
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
+
+
+@dataclass(frozen=True)
+class UpstreamCall:
+    """A ready-to-send upstream request."""
+
+    origin: Origin
+    method: bytes
+    path: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+class StreamDecoder(Protocol):
+    """Turns upstream body chunks into events."""
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        """Events completed by `chunk`."""
+        ...
+
+
+class Adapter:
+    """Base adapter: a destination with its origin and vault; subclasses place credentials and build paths."""
+
+    shape: ClassVar[Shape] = Shape.CHAT
+    operations: ClassVar[frozenset[Operation]] = frozenset({Operation.CHAT})
+    default_base_url: ClassVar[str] = ""
+
+    def __init__(self, name: str, destination: Destination, vault: VaultResolver) -> None:
+        self.name = name
+        self.destination = destination
+        self.vault = vault
+        self.origin = Origin.parse(self.base_url())
+
+    def base_url(self) -> str:
+        """The configured base URL, or the adapter's default."""
+        return (self.destination.base_url or self.default_base_url).rstrip("/")
+
+    def upstream_model(self, model: Any) -> Any:
+        """The provider-native model id (`model_map`)."""
+        return self.destination.model_map.get(model, model) if isinstance(model, str) else model
+
+    async def secret(self, scope: Mapping[str, str]) -> Secret:
+        """The provider credential for this request."""
+        return await self.vault.resolve(self.destination.credential_id, scope)
+
+    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
+                    scope: Mapping[str, str]) -> UpstreamCall:
+        """The upstream call for a native-shape body."""
+        raise NotImplementedError
+
+    def stream_decoder(self) -> StreamDecoder:
+        """How this destination frames streamed events (SSE unless overridden)."""
+        return SseDecoder()
+
+    @staticmethod
+    def encode(body: dict[str, Any]) -> bytes:
+        """The JSON body bytes."""
+        return orjson.dumps(body)

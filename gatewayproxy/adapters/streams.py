@@ -1,0 +1,315 @@
+"""Streams, event by event: passthrough with usage accounting, and translation between the chat-completions
+chunk stream and the messages event stream. A stream that breaks ends with an error event in the client's
+protocol, never with a silent clean end."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from gatewayproxy.adapters.translate import (
+    CHAT_TO_MESSAGES_STOP,
+    MESSAGES_TO_CHAT_STOP,
+    chat_usage_to_messages,
+    messages_usage_to_chat,
+)
+from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
+from gatewayproxy.errors import ErrorCode, Protocol, error_body
+from gatewayproxy.http.sse import SseEvent, encode_event
+from gatewayproxy.pipeline.context import Usage
+
+DONE = b"data: [DONE]\n\n"
+TRUNCATED = "the upstream stream ended before completing"
+
+
+def error_frame(protocol: Protocol, message: str, code: str = ErrorCode.UPSTREAM_ERROR.value) -> bytes:
+    """A mid-stream failure as its client expects it."""
+    if protocol is Protocol.VENDOR_B:
+        return encode_event(orjson.dumps(error_body(Protocol.VENDOR_B, code, message, 502)), "error")
+    return encode_event(orjson.dumps(error_body(Protocol.VENDOR_A, code, message, 502)))
+
+
+class StreamTranslator:
+    """Base of the per-pair translators: `feed` each upstream event, then `finish` or `fail`."""
+
+    client_protocol = Protocol.VENDOR_A
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+        self.completed = False
+        self.failed = False
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        """Client frames for one upstream event."""
+        raise NotImplementedError
+
+    def finish(self) -> list[bytes]:
+        """Frames after the upstream ended; an unfinished stream gets an error event."""
+        if self.completed or self.failed:
+            return []
+        return self.fail(TRUNCATED)
+
+    def fail(self, message: str, code: str = ErrorCode.UPSTREAM_ERROR.value) -> list[bytes]:
+        """Frames reporting a failure after the first byte."""
+        self.failed = True
+        return [error_frame(self.client_protocol, message, code)]
+
+
+def _json(event: SseEvent) -> Any:
+    try:
+        return orjson.loads(event.data)
+    except orjson.JSONDecodeError:
+        return None
+
+
+class ChatPassthrough(StreamTranslator):
+    """Chat chunks to a chat client; strips the usage chunk the gateway asked for on the client's behalf."""
+
+    def __init__(self, client_wants_usage: bool) -> None:
+        super().__init__()
+        self._client_wants_usage = client_wants_usage
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        if event.data == "[DONE]":
+            self.completed = True
+            return [DONE]
+        if '"usage"' not in event.data and '"error"' not in event.data:
+            # Content chunks pass through without being parsed.
+            return [encode_event(event.data.encode())]
+        chunk = _json(event)
+        if not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            self.failed = True
+        elif chunk.get("usage"):
+            self.usage = chat_usage(chunk["usage"])
+            if not self._client_wants_usage:
+                if not chunk.get("choices"):
+                    return []
+                chunk.pop("usage")
+                return [encode_event(orjson.dumps(chunk))]
+        return [encode_event(event.data.encode())]
+
+
+class MessagesPassthrough(StreamTranslator):
+    """Messages events to a messages client, accounting usage from `message_start` and `message_delta`."""
+
+    client_protocol = Protocol.VENDOR_B
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._usage: dict[str, Any] = {}
+
+    # Only these events carry what the passthrough accounts for; the rest are forwarded unparsed.
+    ACCOUNTED = frozenset({"message_start", "message_delta", "message_stop", "error", ""})
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        parsed = _json(event) if event.event in self.ACCOUNTED else None
+        payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+        kind = payload.get("type") or event.event
+        if kind == "message_start":
+            self._usage.update(payload.get("message", {}).get("usage") or {})
+        elif kind == "message_delta":
+            self._usage.update({k: v for k, v in (payload.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.completed = True
+            self.usage = messages_usage(self._usage)
+        elif kind == "error":
+            self.failed = True
+        return [encode_event(event.data.encode(), event.event or kind)]
+
+
+class ResponsesPassthrough(StreamTranslator):
+    """Responses-API events to their client, accounting usage from the terminal event."""
+
+    TERMINAL = ("response.completed", "response.failed", "response.incomplete")
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        parse = event.event in self.TERMINAL or event.event in ("error", "")
+        parsed = _json(event) if parse else None
+        payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+        kind = payload.get("type") or event.event
+        if kind in self.TERMINAL:
+            self.completed = True
+            self.usage = responses_usage((payload.get("response") or {}).get("usage"))
+        elif kind == "error":
+            self.failed = True
+        return [encode_event(event.data.encode(), event.event or kind)]
+
+    def fail(self, message: str, code: str = ErrorCode.UPSTREAM_ERROR.value) -> list[bytes]:
+        self.failed = True
+        body = {"type": "error", "code": code, "message": message, "param": None,
+                "error": {"type": "api_error", "code": code, "message": message}}
+        return [encode_event(orjson.dumps(body), "error")]
+
+
+class MessagesToChat(StreamTranslator):
+    """A messages event stream re-spoken as chat-completions chunks."""
+
+    def __init__(self, client_wants_usage: bool, model: str) -> None:
+        super().__init__()
+        self._client_wants_usage = client_wants_usage
+        self._id = ""
+        self._model = model
+        self._created = int(time.time())
+        self._usage: dict[str, Any] = {}
+        self._tool_index = -1
+        self._block_is_tool: dict[int, bool] = {}
+
+    def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
+        chunk = {"id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        return encode_event(orjson.dumps(chunk))
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        payload = _json(event)
+        if not isinstance(payload, dict):
+            return []
+        handler = getattr(self, "_on_" + str(payload.get("type")), None)
+        return handler(payload) if handler is not None else []
+
+    def _on_message_start(self, payload: dict) -> list[bytes]:
+        message = payload.get("message") or {}
+        self._id = message.get("id", "")
+        self._model = message.get("model") or self._model
+        self._usage.update(message.get("usage") or {})
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def _on_content_block_start(self, payload: dict) -> list[bytes]:
+        block = payload.get("content_block") or {}
+        is_tool = block.get("type") == "tool_use"
+        self._block_is_tool[payload.get("index", 0)] = is_tool
+        if not is_tool:
+            return []
+        self._tool_index += 1
+        call = {"index": self._tool_index, "id": block.get("id", ""), "type": "function",
+                "function": {"name": block.get("name", ""), "arguments": ""}}
+        return [self._chunk({"tool_calls": [call]})]
+
+    def _on_content_block_delta(self, payload: dict) -> list[bytes]:
+        delta = payload.get("delta") or {}
+        if delta.get("type") == "text_delta":
+            return [self._chunk({"content": delta.get("text", "")})]
+        if delta.get("type") == "input_json_delta":
+            call = {"index": self._tool_index, "function": {"arguments": delta.get("partial_json", "")}}
+            return [self._chunk({"tool_calls": [call]})]
+        return []
+
+    def _on_message_delta(self, payload: dict) -> list[bytes]:
+        self._usage.update({k: v for k, v in (payload.get("usage") or {}).items() if v is not None})
+        stop = (payload.get("delta") or {}).get("stop_reason")
+        return [self._chunk({}, MESSAGES_TO_CHAT_STOP.get(stop or "", "stop"))]
+
+    def _on_message_stop(self, payload: dict) -> list[bytes]:
+        self.completed = True
+        self.usage = messages_usage(self._usage)
+        frames = []
+        if self._client_wants_usage:
+            chunk = {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
+                     "model": self._model, "choices": [], "usage": messages_usage_to_chat(self._usage)}
+            frames.append(encode_event(orjson.dumps(chunk)))
+        return [*frames, DONE]
+
+    def _on_error(self, payload: dict) -> list[bytes]:
+        error = payload.get("error") or {}
+        return self.fail(str(error.get("message", "upstream error")))
+
+
+class ChatToMessages(StreamTranslator):
+    """A chat-completions chunk stream re-spoken as messages events."""
+
+    client_protocol = Protocol.VENDOR_B
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self._model = model
+        self._started = False
+        self._open_block: int | None = None
+        self._next_block = 0
+        self._tool_blocks: dict[int, int] = {}
+        self._stop_reason: str | None = None
+        self._usage: dict[str, Any] = {}
+
+    @staticmethod
+    def _event(kind: str, body: dict) -> bytes:
+        return encode_event(orjson.dumps({"type": kind, **body}), kind)
+
+    def feed(self, event: SseEvent) -> list[bytes]:
+        if event.data == "[DONE]":
+            return self._end()
+        chunk = _json(event)
+        if not isinstance(chunk, dict):
+            return []
+        if chunk.get("error"):
+            return self.fail(str(chunk["error"].get("message", "upstream error")))
+        frames = self._start(chunk)
+        if chunk.get("usage"):
+            self._usage = chat_usage_to_messages(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            frames += self._delta(choice.get("delta") or {})
+            if choice.get("finish_reason"):
+                self._stop_reason = CHAT_TO_MESSAGES_STOP.get(choice["finish_reason"], "end_turn")
+                frames += self._close_block()
+        return frames
+
+    def _start(self, chunk: dict) -> list[bytes]:
+        if self._started:
+            return []
+        self._started = True
+        self._model = chunk.get("model") or self._model
+        message = {"id": chunk.get("id", ""), "type": "message", "role": "assistant", "model": self._model,
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": 0, "output_tokens": 0}}
+        return [self._event("message_start", {"message": message})]
+
+    def _close_block(self) -> list[bytes]:
+        if self._open_block is None:
+            return []
+        index, self._open_block = self._open_block, None
+        return [self._event("content_block_stop", {"index": index})]
+
+    def _open(self, block: dict) -> list[bytes]:
+        frames = self._close_block()
+        self._open_block = self._next_block
+        self._next_block += 1
+        return [*frames, self._event("content_block_start", {"index": self._open_block, "content_block": block})]
+
+    def _delta(self, delta: dict) -> list[bytes]:
+        frames: list[bytes] = []
+        text = delta.get("content")
+        if text:
+            if self._open_block is None or self._open_block in self._tool_blocks.values():
+                frames += self._open({"type": "text", "text": ""})
+            frames.append(self._event("content_block_delta", {"index": self._open_block,
+                                                              "delta": {"type": "text_delta", "text": text}}))
+        for call in delta.get("tool_calls") or []:
+            frames += self._tool_delta(call)
+        return frames
+
+    def _tool_delta(self, call: dict) -> list[bytes]:
+        frames: list[bytes] = []
+        position = call.get("index", 0)
+        function = call.get("function") or {}
+        if position not in self._tool_blocks:
+            frames += self._open({"type": "tool_use", "id": call.get("id", ""), "name": function.get("name", ""),
+                                  "input": {}})
+            assert self._open_block is not None
+            self._tool_blocks[position] = self._open_block
+        if function.get("arguments"):
+            frames.append(self._event("content_block_delta", {
+                "index": self._tool_blocks[position],
+                "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
+        return frames
+
+    def _end(self) -> list[bytes]:
+        self.completed = True
+        self.usage = messages_usage(self._usage)
+        frames = self._start({}) + self._close_block()
+        usage = {"output_tokens": self._usage.get("output_tokens", 0),
+                 "input_tokens": self._usage.get("input_tokens", 0)}
+        frames.append(self._event("message_delta", {"delta": {"stop_reason": self._stop_reason or "end_turn",
+                                                              "stop_sequence": None}, "usage": usage}))
+        frames.append(self._event("message_stop", {}))
+        return frames

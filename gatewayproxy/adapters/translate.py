@@ -1,0 +1,267 @@
+"""Whole-body translation between the chat-completions shape (vendor A) and the messages shape (vendor B):
+requests both ways, responses both ways, and error envelopes."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+CHAT_TO_MESSAGES_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                         "function_call": "tool_use", "content_filter": "refusal"}
+MESSAGES_TO_CHAT_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+                         "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop"}
+
+
+def _text_of(content: Any) -> str:
+    """Plain text of a string or a list of text parts/blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+# Chat-completions request -> messages request.
+
+def _image_block(url: str) -> dict:
+    if url.startswith("data:") and ";base64," in url:
+        media_type, _, data = url.removeprefix("data:").partition(";base64,")
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _user_blocks(content: Any) -> list[dict]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks = []
+    for part in content or []:
+        if part.get("type") == "text":
+            blocks.append({"type": "text", "text": part.get("text", "")})
+        elif part.get("type") == "image_url":
+            image = part.get("image_url")
+            blocks.append(_image_block(image.get("url", "") if isinstance(image, dict) else str(image)))
+    return blocks
+
+
+def _arguments(text: Any) -> Any:
+    if isinstance(text, dict):
+        return text
+    try:
+        parsed = json.loads(text or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _assistant_blocks(message: dict) -> list[dict]:
+    blocks = [{"type": "text", "text": text} for text in [_text_of(message.get("content"))] if text]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", {})
+        blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": function.get("name", ""),
+                       "input": _arguments(function.get("arguments"))})
+    return blocks
+
+
+def _tool_result_block(message: dict) -> dict:
+    return {"type": "tool_result", "tool_use_id": message.get("tool_call_id", ""),
+            "content": _text_of(message.get("content"))}
+
+
+def _append(messages: list[dict], role: str, blocks: list[dict]) -> None:
+    """Consecutive turns of one role merge, as the messages shape alternates roles."""
+    if messages and messages[-1]["role"] == role:
+        messages[-1]["content"].extend(blocks)
+    else:
+        messages.append({"role": role, "content": blocks})
+
+
+def _chat_tool(tool: dict) -> dict:
+    function = tool.get("function", {})
+    converted = {"name": function.get("name", ""), "input_schema": function.get("parameters") or {"type": "object"}}
+    if function.get("description"):
+        converted["description"] = function["description"]
+    return converted
+
+
+def _chat_tool_choice(choice: Any, parallel: Any) -> dict | None:
+    if choice is None and parallel is not False:
+        return None
+    if isinstance(choice, dict):
+        converted: dict[str, Any] = {"type": "tool", "name": choice.get("function", {}).get("name", "")}
+    else:
+        converted = {"type": {"required": "any", "none": "none"}.get(choice or "auto", "auto")}
+    if parallel is False and converted["type"] != "none":
+        converted["disable_parallel_tool_use"] = True
+    return converted
+
+
+def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
+    """A messages request equivalent to a chat-completions request."""
+    system: list[str] = []
+    messages: list[dict] = []
+    for message in body.get("messages") or []:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system.append(_text_of(message.get("content")))
+        elif role == "assistant":
+            _append(messages, "assistant", _assistant_blocks(message))
+        elif role == "tool":
+            _append(messages, "user", [_tool_result_block(message)])
+        else:
+            _append(messages, "user", _user_blocks(message.get("content")))
+    converted: dict[str, Any] = {"model": body.get("model"), "messages": messages,
+                                 "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens")
+                                 or default_max_tokens}
+    if system:
+        converted["system"] = "\n\n".join(system)
+    for key in ("temperature", "top_p", "stream"):
+        if key in body:
+            converted[key] = body[key]
+    stop = body.get("stop")
+    if stop:
+        converted["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if body.get("tools"):
+        converted["tools"] = [_chat_tool(tool) for tool in body["tools"] if tool.get("type", "function") == "function"]
+    tool_choice = _chat_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
+    if tool_choice is not None and body.get("tools"):
+        converted["tool_choice"] = tool_choice
+    if body.get("user"):
+        converted["metadata"] = {"user_id": body["user"]}
+    return converted
+
+
+# Messages request -> chat-completions request.
+
+def _image_part(block: dict) -> dict:
+    source = block.get("source", {})
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    else:
+        url = source.get("url", "")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _user_messages(content: Any) -> list[dict]:
+    """Tool results become `tool` messages (first, as the chat shape wants them); the rest stays a user turn."""
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    tools, parts = [], []
+    for block in content or []:
+        kind = block.get("type")
+        if kind == "tool_result":
+            tools.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""),
+                          "content": _text_of(block.get("content"))})
+        elif kind == "text":
+            parts.append({"type": "text", "text": block.get("text", "")})
+        elif kind == "image":
+            parts.append(_image_part(block))
+    if parts:
+        tools.append({"role": "user", "content": parts})
+    return tools
+
+
+def _assistant_message(content: Any) -> dict:
+    if isinstance(content, str):
+        return {"role": "assistant", "content": content}
+    text = "".join(block.get("text", "") for block in content or [] if block.get("type") == "text")
+    calls = [{"id": block.get("id", ""), "type": "function",
+              "function": {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}}
+             for block in content or [] if block.get("type") == "tool_use"]
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _messages_tool_choice(choice: dict) -> Any:
+    kind = choice.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name", "")}}
+    return {"any": "required", "none": "none"}.get(kind or "auto", "auto")
+
+
+def messages_to_chat_request(body: dict) -> dict:
+    """A chat-completions request equivalent to a messages request."""
+    messages: list[dict] = []
+    system = _text_of(body.get("system"))
+    if system:
+        messages.append({"role": "system", "content": system})
+    for message in body.get("messages") or []:
+        if message.get("role") == "assistant":
+            messages.append(_assistant_message(message.get("content")))
+        else:
+            messages.extend(_user_messages(message.get("content")))
+    converted: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    for key in ("max_tokens", "temperature", "top_p", "stream"):
+        if key in body:
+            converted[key] = body[key]
+    if body.get("stop_sequences"):
+        converted["stop"] = list(body["stop_sequences"])
+    if body.get("tools"):
+        converted["tools"] = [{"type": "function", "function": {
+            "name": tool.get("name", ""), "description": tool.get("description", ""),
+            "parameters": tool.get("input_schema") or {"type": "object"}}} for tool in body["tools"]]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and body.get("tools"):
+        converted["tool_choice"] = _messages_tool_choice(choice)
+        if choice.get("disable_parallel_tool_use"):
+            converted["parallel_tool_calls"] = False
+    user = (body.get("metadata") or {}).get("user_id")
+    if user:
+        converted["user"] = user
+    return converted
+
+
+# Responses both ways.
+
+def messages_to_chat_response(response: dict) -> dict:
+    """A chat-completions response equivalent to a messages response."""
+    content = response.get("content") or []
+    text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    calls = [{"id": block.get("id", ""), "type": "function",
+              "function": {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}}
+             for block in content if block.get("type") == "tool_use"]
+    if calls:
+        message["tool_calls"] = calls
+    return {"id": response.get("id", ""), "object": "chat.completion", "created": int(time.time()),
+            "model": response.get("model", ""),
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": MESSAGES_TO_CHAT_STOP.get(response.get("stop_reason") or "", "stop")}],
+            "usage": messages_usage_to_chat(response.get("usage") or {})}
+
+
+def messages_usage_to_chat(usage: dict) -> dict:
+    """Chat usage fields from messages usage (cached input counts as prompt tokens there)."""
+    cached = usage.get("cache_read_input_tokens") or 0
+    prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
+    completion = usage.get("output_tokens") or 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def chat_usage_to_messages(usage: dict) -> dict:
+    """Messages usage fields from chat usage."""
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") or 0
+    return {"input_tokens": (usage.get("prompt_tokens") or 0) - cached,
+            "output_tokens": usage.get("completion_tokens") or 0, "cache_read_input_tokens": cached}
+
+
+def chat_to_messages_response(response: dict) -> dict:
+    """A messages response equivalent to a chat-completions response."""
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    blocks = _assistant_blocks(message)
+    return {"id": response.get("id", ""), "type": "message", "role": "assistant", "model": response.get("model", ""),
+            "content": blocks,
+            "stop_reason": CHAT_TO_MESSAGES_STOP.get(choice.get("finish_reason") or "", "end_turn"),
+            "stop_sequence": None, "usage": chat_usage_to_messages(response.get("usage") or {})}
+
+
+def error_message_of(body: Any) -> str:
+    """The human message inside a provider error body of either shape."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message", ""))
+    return ""

@@ -1,0 +1,43 @@
+"""Reading token usage from each shape's JSON usage object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gatewayproxy.pipeline.context import Usage
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _details(usage: dict, key: str, field: str) -> int:
+    details = usage.get(key)
+    return _int(details.get(field)) if isinstance(details, dict) else 0
+
+
+def chat_usage(usage: Any) -> Usage | None:
+    """Usage of a chat-completions or embeddings response."""
+    if not isinstance(usage, dict):
+        return None
+    return Usage(input_tokens=_int(usage.get("prompt_tokens")), output_tokens=_int(usage.get("completion_tokens")),
+                 cache_read_tokens=_details(usage, "prompt_tokens_details", "cached_tokens"),
+                 reasoning_tokens=_details(usage, "completion_tokens_details", "reasoning_tokens"))
+
+
+def messages_usage(usage: Any) -> Usage | None:
+    """Usage of a messages response (or the merged usage of its stream)."""
+    if not isinstance(usage, dict):
+        return None
+    return Usage(input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
+                 cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
+                 cache_write_tokens=_int(usage.get("cache_creation_input_tokens")))
+
+
+def responses_usage(usage: Any) -> Usage | None:
+    """Usage of a responses-API response."""
+    if not isinstance(usage, dict):
+        return None
+    return Usage(input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
+                 cache_read_tokens=_details(usage, "input_tokens_details", "cached_tokens"),
+                 reasoning_tokens=_details(usage, "output_tokens_details", "reasoning_tokens"))

@@ -1,0 +1,1 @@
+"""Typed gateway configuration: models, loader, legacy expansion and live validation."""

@@ -1,0 +1,45 @@
+"""Prometheus metrics of one gateway process (its own registry, exposed by the admin plane's /metrics)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+
+
+class GatewayMetrics:
+    """The gateway's counters, gauges and histograms."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        registry = self.registry
+        self.requests = Counter("gateway_requests", "Data-plane requests served.", ["route", "status"],
+                                registry=registry)
+        self.latency = Histogram("gateway_request_duration_seconds", "Time to the last byte of a response.",
+                                 ["route"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.overhead = Histogram("gateway_overhead_seconds", "Request time not spent waiting on the upstream.",
+                                  buckets=OVERHEAD_BUCKETS, registry=registry)
+        self.attempts = Counter("gateway_upstream_attempts", "Upstream calls by outcome.",
+                                ["destination", "outcome"], registry=registry)
+        self.retries = Counter("gateway_retries", "Repeated calls to the same target.", ["route"], registry=registry)
+        self.fallbacks = Counter("gateway_fallbacks", "Moves to the next target.", ["route"], registry=registry)
+        self.errors = Counter("gateway_errors", "Error responses by code.", ["code"], registry=registry)
+        self.in_flight = Gauge("gateway_in_flight_requests", "Data-plane requests being served.", registry=registry)
+        self.tokens = Counter("gateway_tokens", "Tokens by destination and direction.", ["destination", "direction"],
+                              registry=registry)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, memoized: the hot path skips prometheus-client's label validation."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def exposition(self) -> bytes:
+        """The text exposition format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""The data-plane pipeline: the request context and one module per stage."""

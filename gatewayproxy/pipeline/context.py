@@ -1,0 +1,66 @@
+"""The request context that every stage reads and extends, and the operations of the data plane."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatewayproxy.errors import Protocol
+from gatewayproxy.http.connection import Request
+from gatewayproxy.pipeline.identity import ANONYMOUS, Principal
+
+
+class Operation(enum.Enum):
+    """What a data-plane request asks for; decides the body shape and which destinations can serve it."""
+
+    CHAT = "chat"
+    EMBEDDINGS = "embeddings"
+    MESSAGES = "messages"
+    RESPONSES = "responses"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one served request."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass
+class RequestContext:
+    """Everything known about one data-plane request as it moves through the stages."""
+
+    request: Request
+    operation: Operation
+    protocol: Protocol
+    body: dict[str, Any] = field(default_factory=dict)
+    principal: Principal = ANONYMOUS
+    started: float = field(default_factory=time.perf_counter)
+    route: str | None = None
+    destination: str | None = None
+    attempts: int = 0
+    usage: Usage | None = None
+    status: int = 0
+    upstream_seconds: float = 0.0
+
+    @property
+    def model(self) -> str | None:
+        """The model the client asked for."""
+        model = self.body.get("model")
+        return model if isinstance(model, str) else None
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client asked for a streamed response."""
+        return self.body.get("stream") is True
+
+    @property
+    def scope(self) -> dict[str, str]:
+        """The principal's scope (verified, plus trusted headers)."""
+        return dict(self.principal.scope)

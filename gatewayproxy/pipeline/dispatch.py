@@ -1,0 +1,270 @@
+"""Running a route's plan: shape the body for each target, call it, and retry or fall back until one answers.
+
+Before the first byte reaches the client a failed attempt is retried or falls back; once a stream has
+started, a failure becomes an error event in the client's protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gatewayproxy.adapters import streams, translate
+from gatewayproxy.adapters.base import Adapter, Shape, StreamDecoder
+from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
+from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
+from gatewayproxy.pipeline.context import Operation, RequestContext, Usage
+from gatewayproxy.pipeline.routing import Plan, shape_params
+from gatewayproxy.server.protocol import Response
+from gatewayproxy.server.upstream import UpstreamError, UpstreamResponse
+from gatewayproxy.state import Runtime
+from gatewayproxy.vaults.resolvers import VaultError
+
+JSON_CONTENT = [(b"content-type", b"application/json")]
+SSE_CONTENT = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]
+Finish = Callable[[RequestContext], None]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt: `kind` is the retry trigger it counts as (`5xx`, `429`, `timeout`)."""
+
+    kind: str
+    message: str
+    retry_after: bytes | None = None
+
+
+def client_shape(operation: Operation) -> Shape:
+    """The shape a client of an operation speaks."""
+    return Shape.MESSAGES if operation is Operation.MESSAGES else Shape.CHAT
+
+
+def serves(adapter: Adapter, operation: Operation, has_shaping: bool) -> bool:
+    """Whether a destination can answer an operation (translating between shapes where needed)."""
+    if operation in (Operation.CHAT, Operation.MESSAGES):
+        return True
+    if operation is Operation.EMBEDDINGS:
+        return operation in adapter.operations
+    return adapter.destination.kind == "vendor_a" and not adapter.destination.model_map and not has_shaping
+
+
+def native_body(context: RequestContext, adapter: Adapter, default_max_tokens: int) -> dict[str, Any]:
+    """The client's body re-shaped for the destination (before model mapping and parameter shaping)."""
+    operation, body = context.operation, context.body
+    if operation not in (Operation.CHAT, Operation.MESSAGES):
+        return dict(body)
+    if client_shape(operation) is adapter.shape:
+        body = dict(body)
+    elif adapter.shape is Shape.MESSAGES:
+        body = translate.chat_to_messages_request(body, default_max_tokens)
+    else:
+        body = translate.messages_to_chat_request(body)
+    if adapter.shape is Shape.CHAT and context.stream:
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return body
+
+
+def upstream_operation(context: RequestContext, adapter: Adapter) -> Operation:
+    """The operation in the destination's own terms."""
+    if context.operation in (Operation.CHAT, Operation.MESSAGES):
+        return Operation.MESSAGES if adapter.shape is Shape.MESSAGES else Operation.CHAT
+    return context.operation
+
+
+def _client_wants_usage(context: RequestContext) -> bool:
+    options = context.body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def stream_translator(context: RequestContext, adapter: Adapter) -> streams.StreamTranslator:
+    """The event translator between a destination's stream and the client's."""
+    model = context.model or ""
+    if context.operation is Operation.RESPONSES:
+        return streams.ResponsesPassthrough()
+    if context.operation is Operation.MESSAGES:
+        return streams.MessagesPassthrough() if adapter.shape is Shape.MESSAGES else streams.ChatToMessages(model)
+    wants_usage = _client_wants_usage(context)
+    if adapter.shape is Shape.CHAT:
+        return streams.ChatPassthrough(wants_usage)
+    return streams.MessagesToChat(wants_usage, model)
+
+
+def _usage_of(operation: Operation, shape: Shape, document: dict[str, Any]) -> Usage | None:
+    if operation is Operation.RESPONSES:
+        return responses_usage(document.get("usage"))
+    if shape is Shape.MESSAGES:
+        return messages_usage(document.get("usage"))
+    return chat_usage(document.get("usage"))
+
+
+def _translated_success(context: RequestContext, adapter: Adapter, body: bytes) -> bytes:
+    document = orjson.loads(body)
+    context.usage = _usage_of(context.operation, adapter.shape, document)
+    if context.operation not in (Operation.CHAT, Operation.MESSAGES) or client_shape(context.operation) is \
+            adapter.shape:
+        return body
+    if adapter.shape is Shape.MESSAGES:
+        return orjson.dumps(translate.messages_to_chat_response(document))
+    return orjson.dumps(translate.chat_to_messages_response(document))
+
+
+def _client_error(context: RequestContext, adapter: Adapter, status: int, body: bytes) -> Response:
+    """A provider 4xx passes back as sent; across shapes only its envelope is re-spoken."""
+    speaks_client_protocol = client_shape(context.operation) is adapter.shape
+    if speaks_client_protocol:
+        return Response(status, JSON_CONTENT, body)
+    try:
+        message = translate.error_message_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        message = body.decode("utf-8", "replace")[:500]
+    document = error_body(context.protocol, ErrorCode.INVALID_REQUEST.value, message or "upstream refused", status)
+    return Response(status, JSON_CONTENT, orjson.dumps(document))
+
+
+class Dispatch:
+    """One request's walk through its plan."""
+
+    def __init__(self, runtime: Runtime, context: RequestContext, plan: Plan, finish: Finish) -> None:
+        self.runtime = runtime
+        self.context = context
+        self.plan = plan
+        self.finish = finish
+        self.metrics = runtime.metrics
+
+    def _candidates(self) -> list[tuple[Any, Adapter]]:
+        adapters = self.runtime.state.adapters
+        candidates = []
+        for target in self.plan.targets:
+            adapter = adapters.get(target.destination)
+            shaping = bool(target.default_params or target.override_params or target.drop_params)
+            if adapter is not None and serves(adapter, self.context.operation, shaping):
+                candidates.append((target, adapter))
+        return candidates
+
+    async def run(self) -> Response:
+        """The response of the first target that answers; raises the mapped final failure."""
+        candidates = self._candidates()
+        if not candidates:
+            raise GatewayError(ErrorCode.NO_ROUTE, f"route {self.plan.route!r} has no destination that serves "
+                                                   f"{self.context.request.path}")
+        failure = Failure("5xx", "no attempt was made")
+        for position, (target, adapter) in enumerate(candidates):
+            if position:
+                self.metrics.child(self.metrics.fallbacks, self.plan.route).inc()
+            outcome = await self._try_target(target, adapter)
+            if isinstance(outcome, Response):
+                return outcome
+            failure = outcome
+        raise _final_error(failure)
+
+    async def _try_target(self, target: Any, adapter: Adapter) -> Response | Failure:
+        attempts = self.plan.attempts
+        outcome: Response | Failure = Failure("5xx", "no attempt was made")
+        for attempt in range(attempts.max_attempts):
+            if attempt:
+                self.metrics.child(self.metrics.retries, self.plan.route).inc()
+                await asyncio.sleep(attempts.backoff_ms / 1000)
+            outcome = await self._attempt(target, adapter)
+            outcome_label = "ok" if isinstance(outcome, Response) else outcome.kind
+            self.metrics.child(self.metrics.attempts, adapter.name, outcome_label).inc()
+            if isinstance(outcome, Response) or outcome.kind not in attempts.triggers:
+                return outcome
+        return outcome
+
+    async def _attempt(self, target: Any, adapter: Adapter) -> Response | Failure:
+        context = self.context
+        context.attempts += 1
+        context.destination = adapter.name
+        body = native_body(context, adapter, self.runtime.state.config.spend.admission.default_max_output_tokens)
+        body["model"] = adapter.upstream_model(body.get("model"))
+        body = shape_params(body, target)
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.plan.attempts.timeout_seconds):
+                call = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
+                upstream = await self.runtime.pool.request(call.origin, call.method, call.path, call.headers,
+                                                           call.body)
+                return await self._answer(adapter, upstream)
+        except TimeoutError:
+            return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
+        except (UpstreamError, VaultError, OSError) as error:
+            return Failure("5xx", f"destination {adapter.name!r}: {error}")
+        finally:
+            context.upstream_seconds += time.perf_counter() - started
+
+    async def _answer(self, adapter: Adapter, upstream: UpstreamResponse) -> Response | Failure:
+        status = upstream.status
+        if status == 200 and self.context.stream:
+            return await self._start_stream(adapter, upstream)
+        body = await upstream.read()
+        if 200 <= status < 300:
+            return Response(status, JSON_CONTENT, _translated_success(self.context, adapter, body))
+        if status == 429:
+            return Failure("429", f"destination {adapter.name!r} is rate limited", upstream.header(b"retry-after"))
+        if status >= 500:
+            return Failure("5xx", f"destination {adapter.name!r} answered {status}")
+        return _client_error(self.context, adapter, status, body)
+
+    async def _start_stream(self, adapter: Adapter, upstream: UpstreamResponse) -> Response | Failure:
+        decoder = adapter.stream_decoder()
+        translator = stream_translator(self.context, adapter)
+        chunks = upstream.chunks()
+        frames: list[bytes] = []
+        try:
+            while not frames:
+                chunk = await anext(chunks)
+                for event in decoder.feed(chunk):
+                    frames += translator.feed(event)
+        except StopAsyncIteration:
+            upstream.release()
+            return Failure("5xx", f"destination {adapter.name!r} ended the stream before any event")
+        except BaseException:
+            upstream.release()
+            raise
+        if translator.failed:
+            upstream.release()
+            return Failure("5xx", f"destination {adapter.name!r} failed before the first event")
+        return Response(200, SSE_CONTENT, stream=self._relay(frames, chunks, decoder, translator, upstream))
+
+    async def _relay(self, first: list[bytes], chunks: AsyncIterator[bytes], decoder: StreamDecoder,
+                     translator: streams.StreamTranslator, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+        context = self.context
+        try:
+            try:
+                yield b"".join(first)
+                async for chunk in chunks:
+                    frames = [frame for event in decoder.feed(chunk) for frame in translator.feed(event)]
+                    if frames:
+                        yield b"".join(frames)
+                tail = translator.finish()
+            except (UpstreamError, OSError, ValueError) as error:
+                tail = translator.fail(f"the upstream stream broke: {error}")
+            if tail:
+                yield b"".join(tail)
+        finally:
+            upstream.release()
+            context.usage = translator.usage
+            context.status = 502 if translator.failed else 200
+            self.finish(context)
+
+
+def _final_error(failure: Failure) -> GatewayError:
+    """The last failure of an exhausted plan, as the gateway's own error."""
+    if failure.kind == "timeout":
+        return GatewayError(ErrorCode.UPSTREAM_TIMEOUT, failure.message)
+    if failure.kind == "429":
+        return GatewayError(ErrorCode.UPSTREAM_RATE_LIMITED, failure.message,
+                            headers=((b"retry-after", failure.retry_after or b"1"),))
+    return GatewayError(ErrorCode.UPSTREAM_ERROR, failure.message)
+
+
+def error_response(protocol: Protocol, error: GatewayError) -> Response:
+    """A gateway error in the protocol of its path."""
+    body = orjson.dumps(error_body(protocol, error.code.value, error.message, error.status))
+    return Response(error.status, [*JSON_CONTENT, *error.headers], body)

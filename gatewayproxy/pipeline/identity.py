@@ -1,0 +1,202 @@
+"""Identity: who sent a request (api_key digests or JWTs) and the scope it carries.
+
+Only `Authorization: Bearer` carries credentials; validators are tried in config order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+import yaml
+
+from gatewayproxy.config.models import Identity, Spend, Validator
+from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.vaults.resolvers import Fetch
+
+logger = logging.getLogger("gatewayproxy.identity")
+JWT_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+# An unknown kid triggers a JWKS refetch at most this often, so forged kids cannot flood the issuer.
+JWKS_REFETCH_INTERVAL_SECONDS = 10.0
+JWKS_FETCH_TIMEOUT_SECONDS = 5.0
+SCOPE_HEADER_PREFIX = "x-scope-"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller and its verified scope."""
+
+    id: str
+    scope: Mapping[str, str] = field(default_factory=dict)
+    validator: str = ""
+
+
+ANONYMOUS = Principal(id="anonymous")
+
+
+class KeysFileError(ValueError):
+    """The api_key keys file is missing or malformed."""
+
+
+def load_keys_file(path: str) -> dict[str, Principal]:
+    """Digest to principal, from a keys file: `keys: [{sha256, principal, scope}]` in YAML or JSON."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as error:
+        raise KeysFileError(f"cannot read keys file {path}: {error}") from None
+    entries = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise KeysFileError(f"keys file {path} needs a `keys` list")
+    principals = {}
+    for index, entry in enumerate(entries):
+        digest = str(entry.get("sha256", "")).lower() if isinstance(entry, dict) else ""
+        if len(digest) != 64 or any(char not in "0123456789abcdef" for char in digest):
+            raise KeysFileError(f"keys[{index}].sha256 must be a hex SHA-256 digest")
+        if not entry.get("principal"):
+            raise KeysFileError(f"keys[{index}].principal is required")
+        scope = {str(key): str(value) for key, value in (entry.get("scope") or {}).items()}
+        principals[digest] = Principal(id=str(entry["principal"]), scope=scope)
+    return principals
+
+
+class ApiKeyValidator:
+    """Checks a bearer token against SHA-256 digests."""
+
+    def __init__(self, config: Validator) -> None:
+        assert config.keys_file is not None
+        self.name = config.name
+        self._principals = load_keys_file(config.keys_file)
+
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal of `token`, or None."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        principal = self._principals.get(digest)
+        if principal is None:
+            return None
+        return Principal(id=principal.id, scope=principal.scope, validator=self.name)
+
+
+def load_public_key(path: str) -> Any:
+    """A PEM public key (or certificate) from disk, parsed."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if b"CERTIFICATE" in data:
+        return x509.load_pem_x509_certificate(data).public_key()
+    return load_pem_public_key(data)
+
+
+class JwtValidator:
+    """Verifies JWTs against a static key or a JWKS fetched, cached and refetched on an unknown kid."""
+
+    def __init__(self, config: Validator, fetch: Fetch) -> None:
+        self.name = config.name
+        self.config = config
+        self._fetch = fetch
+        self._static_key = load_public_key(config.static_public_key_pem) if config.static_public_key_pem else None
+        self._keys: dict[str, Any] = {}
+        self._fetched_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal of a valid token, or None."""
+        try:
+            key = await self._key_for(jwt.get_unverified_header(token))
+            if key is None:
+                return None
+            claims = jwt.decode(token, key=key, algorithms=JWT_ALGORITHMS, **self._checks())
+        except jwt.PyJWTError as error:
+            logger.debug("jwt rejected by %s: %s", self.name, error)
+            return None
+        scope = {dim: str(claims[claim]) for claim, dim in self.config.scope_from.jwt_claims.items() if claim in claims}
+        return Principal(id=str(claims.get("sub", "")), scope=scope, validator=self.name)
+
+    def _checks(self) -> dict[str, Any]:
+        config = self.config
+        options = {"verify_aud": bool(config.audiences), "verify_iss": bool(config.issuers)}
+        return {"audience": config.audiences or None, "issuer": config.issuers or None, "options": options}
+
+    async def _key_for(self, header: dict[str, Any]) -> Any:
+        if self._static_key is not None:
+            return self._static_key
+        kid = str(header.get("kid", ""))
+        if kid not in self._keys:
+            await self._refresh()
+        if kid in self._keys:
+            return self._keys[kid]
+        # A single-key JWKS serves tokens without a kid.
+        return next(iter(self._keys.values())) if not kid and len(self._keys) == 1 else None
+
+    async def _refresh(self) -> None:
+        async with self._lock:
+            if time.monotonic() - self._fetched_at < JWKS_REFETCH_INTERVAL_SECONDS:
+                return
+            self._fetched_at = time.monotonic()
+            assert self.config.jwks_url is not None
+            try:
+                status, body = await self._fetch(self.config.jwks_url, {"accept": "application/json"},
+                                                 JWKS_FETCH_TIMEOUT_SECONDS)
+                self._keys = _parse_jwks(body) if status == 200 else self._keys
+            except (OSError, ValueError, jwt.PyJWTError) as error:
+                logger.warning("cannot fetch JWKS of %s: %s", self.name, error)
+
+
+def _parse_jwks(body: bytes) -> dict[str, Any]:
+    keys = {}
+    for index, entry in enumerate(json.loads(body).get("keys", [])):
+        keys[str(entry.get("kid", f"#{index}"))] = jwt.PyJWK(entry).key
+    return keys
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer` header."""
+    value = headers.get("authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+class IdentityStage:
+    """Authenticates requests; with no validators configured every caller is anonymous."""
+
+    def __init__(self, identity: Identity, spend: Spend, fetch: Fetch) -> None:
+        self._validators = [ApiKeyValidator(v) if v.kind == "api_key" else JwtValidator(v, fetch)
+                            for v in identity.validators]
+        self._trusted_header_dims = tuple(spend.trusted_header_dims)
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """The caller's principal with its scope; raises 401 `unauthenticated`."""
+        principal = await self._verified(headers)
+        return self._with_trusted_headers(principal, headers)
+
+    async def _verified(self, headers: Mapping[str, str]) -> Principal:
+        if not self._validators:
+            return ANONYMOUS
+        token = bearer_token(headers)
+        if token is None:
+            raise GatewayError(ErrorCode.UNAUTHENTICATED, "missing `Authorization: Bearer` credential")
+        for validator in self._validators:
+            principal = await validator.authenticate(token)
+            if principal is not None:
+                return principal
+        raise GatewayError(ErrorCode.UNAUTHENTICATED, "the credential was not accepted")
+
+    def _with_trusted_headers(self, principal: Principal, headers: Mapping[str, str]) -> Principal:
+        """Raw `X-Scope-<dim>` headers fill only trusted dimensions that no verified value covers."""
+        extra = {dim: headers[SCOPE_HEADER_PREFIX + dim] for dim in self._trusted_header_dims
+                 if dim not in principal.scope and SCOPE_HEADER_PREFIX + dim in headers}
+        if not extra:
+            return principal
+        return Principal(id=principal.id, scope={**principal.scope, **extra}, validator=principal.validator)
+

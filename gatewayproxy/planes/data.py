@@ -1,0 +1,152 @@
+"""The data plane: maps paths to operations and protocols, runs identity, the governance stages and routing,
+then dispatches; every error is answered in the protocol of its path."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
+from gatewayproxy.http.connection import Request
+from gatewayproxy.pipeline.context import Operation, RequestContext
+from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, error_response
+from gatewayproxy.server.protocol import Response
+from gatewayproxy.state import Runtime
+
+logger = logging.getLogger("gatewayproxy.data")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A data-plane path: the operation it performs and the protocol it speaks."""
+
+    operation: Operation
+    protocol: Protocol
+
+
+ENDPOINTS = {
+    "/v1/chat/completions": Endpoint(Operation.CHAT, Protocol.VENDOR_A),
+    "/v1/embeddings": Endpoint(Operation.EMBEDDINGS, Protocol.VENDOR_A),
+    "/v1/messages": Endpoint(Operation.MESSAGES, Protocol.VENDOR_B),
+    "/v1/llm/v1/messages": Endpoint(Operation.MESSAGES, Protocol.VENDOR_B),
+    "/v1/responses": Endpoint(Operation.RESPONSES, Protocol.VENDOR_A),
+    "/v1/llm/responses": Endpoint(Operation.RESPONSES, Protocol.VENDOR_A),
+    "/v1/llm/v1/responses": Endpoint(Operation.RESPONSES, Protocol.VENDOR_A),
+}
+MCP_PATHS = ("/v1/mcp", "/v1/mcp/sse", "/mcp")
+# Parameters with which other proxies let a client pick the upstream; here the config alone decides.
+UPSTREAM_CHOOSING_KEYS = frozenset({"api_base", "base_url", "api_url", "azure_endpoint", "endpoint_url",
+                                    "custom_llm_provider", "api_key", "extra_headers", "extra_query"})
+
+
+def _is_agent_session_path(path: str) -> bool:
+    parts = path.split("/")
+    return path == "/v1/agent/sessions" or (len(parts) == 6 and path.startswith("/v1/agent/sessions/")
+                                            and parts[5] == "steps" and bool(parts[4]))
+
+
+def parse_body(request: Request) -> dict:
+    """The JSON object body of a request; anything else is 400 `invalid_request`."""
+    try:
+        body = orjson.loads(request.body)
+    except orjson.JSONDecodeError:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "the request body must be a JSON object")
+    chosen = sorted(UPSTREAM_CHOOSING_KEYS.intersection(body))
+    if chosen:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, f"`{chosen[0]}` is not accepted: the gateway chooses the "
+                                                      "upstream")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "`model` is required")
+    return body
+
+
+class DataPlane:
+    """The handler of the data-plane listener."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def __call__(self, request: Request) -> Response:
+        endpoint = ENDPOINTS.get(request.path)
+        if endpoint is None:
+            return await self._other(request)
+        if request.method != "POST":
+            return self._error(endpoint.protocol,
+                               GatewayError(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here"))
+        context = RequestContext(request=request, operation=endpoint.operation, protocol=endpoint.protocol)
+        self.runtime.metrics.in_flight.inc()
+        try:
+            response = await self._serve(context)
+        except GatewayError as error:
+            response = self._error(context.protocol, error)
+        except Exception:
+            logger.exception("request %s failed", request.request_id)
+            response = self._error(context.protocol, GatewayError(ErrorCode.INTERNAL_ERROR, "internal error"))
+        if response.stream is None:
+            context.status = response.status
+            self.finish(context)
+        return response
+
+    async def _serve(self, context: RequestContext) -> Response:
+        state = self.runtime.state
+        context.principal = await state.identity.authenticate(context.request.headers)
+        context.body = parse_body(context.request)
+        for stage in state.stages:
+            await stage.before_upstream(context)
+        route = state.router.match(context)
+        if route is None:
+            raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves model {context.model!r} on "
+                                                   f"{context.request.path}")
+        context.route = route.name
+        return await Dispatch(self.runtime, context, route.plan(context), self.finish).run()
+
+    def finish(self, context: RequestContext) -> None:
+        """Account for a served request once its last byte is known."""
+        metrics = self.runtime.metrics
+        elapsed = time.perf_counter() - context.started
+        route = context.route or ""
+        metrics.in_flight.dec()
+        metrics.child(metrics.requests, route, str(context.status)).inc()
+        metrics.child(metrics.latency, route).observe(elapsed)
+        metrics.overhead.observe(max(elapsed - context.upstream_seconds, 0.0))
+        if context.usage is not None and context.destination is not None:
+            metrics.child(metrics.tokens, context.destination, "input").inc(context.usage.input_tokens)
+            metrics.child(metrics.tokens, context.destination, "output").inc(context.usage.output_tokens)
+        for stage in self.runtime.state.stages:
+            stage.after_response(context)
+
+    def _error(self, protocol: Protocol, error: GatewayError) -> Response:
+        metrics = self.runtime.metrics
+        metrics.child(metrics.errors, error.code.value).inc()
+        return error_response(protocol, error)
+
+    async def _other(self, request: Request) -> Response:
+        """Paths outside the model operations."""
+        if request.path == "/v1/models":
+            if request.method != "GET":
+                return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "use GET"))
+            return await self._models(request)
+        if _is_agent_session_path(request.path):
+            return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED,
+                                                               "agent sessions are not implemented"))
+        if request.path in MCP_PATHS:
+            return self._error(Protocol.JSONRPC, GatewayError(ErrorCode.NOT_IMPLEMENTED,
+                                                              "MCP traffic is not served by this build"))
+        if request.path.startswith("/v1/proxy/"):
+            return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED,
+                                                               "the native API-key proxy is not served by this build"))
+        return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_FOUND, f"no endpoint {request.path}"))
+
+    async def _models(self, request: Request) -> Response:
+        try:
+            await self.runtime.state.identity.authenticate(request.headers)
+        except GatewayError as error:
+            return self._error(Protocol.VENDOR_A, error)
+        data = [{"id": model, "object": "model", "created": 0, "owned_by": "gateway"}
+                for model in self.runtime.state.models]
+        return Response(200, JSON_CONTENT, orjson.dumps({"object": "list", "data": data}))

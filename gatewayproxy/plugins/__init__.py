@@ -1,0 +1,1 @@
+"""Plugin kinds per slot, each registered by name."""

@@ -1,0 +1,1 @@
+"""Sockets live here only: uvloop listeners, the per-connection protocol, flow control, the upstream pool."""

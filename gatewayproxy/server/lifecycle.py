@@ -1,0 +1,157 @@
+"""Gateway lifecycle: build the state, bind the data and admin listeners, drain on SIGTERM, and run
+N worker processes that share the ports through SO_REUSEPORT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+
+import uvloop
+
+from gatewayproxy.config.loader import LoadedConfig
+from gatewayproxy.http.connection import HttpLimits
+from gatewayproxy.metrics import GatewayMetrics
+from gatewayproxy.planes.admin import AdminPlane
+from gatewayproxy.planes.data import DataPlane
+from gatewayproxy.server.protocol import ConnectionTracker, Handler, HttpProtocol, Timeouts
+from gatewayproxy.server.upstream import UpstreamPool
+from gatewayproxy.state import Runtime, build_state
+
+logger = logging.getLogger("gatewayproxy.server")
+DRAIN_POLL_SECONDS = 0.05
+BACKLOG = 2048
+
+
+def split_address(listen: str) -> tuple[str, int]:
+    """`host:port` (IPv6 hosts in brackets) to a (host, port) pair."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Listener:
+    """One bound server with the connections it tracks."""
+
+    def __init__(self, server: asyncio.Server, tracker: ConnectionTracker) -> None:
+        self.server = server
+        self.tracker = tracker
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when the config asked for port 0)."""
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+class Gateway:
+    """A running gateway in this process: runtime state plus its two listeners."""
+
+    def __init__(self, loaded: LoadedConfig, *, reuse_port: bool = False) -> None:
+        self.loaded = loaded
+        self.reuse_port = reuse_port
+        self.runtime: Runtime | None = None
+        self.data: Listener | None = None
+        self.admin: Listener | None = None
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        """Construct the state and bind both listeners; readiness turns on last."""
+        pool = UpstreamPool()
+        runtime = Runtime(state=build_state(self.loaded, pool), pool=pool, metrics=GatewayMetrics())
+        self.runtime = runtime
+        server = self.loaded.config.server
+        self.data = await self._listen(server.listen, DataPlane(runtime))
+        self.admin = await self._listen(server.admin_listen, AdminPlane(runtime))
+        runtime.ready = True
+        logger.info("gateway listening: data %s, admin %s (pid %d)", server.listen, server.admin_listen, os.getpid())
+
+    async def _listen(self, address: str, handler: Handler) -> Listener:
+        limits_config = self.loaded.config.server.limits
+        limits = HttpLimits(limits_config.max_header_bytes, limits_config.max_header_count,
+                            limits_config.max_body_bytes)
+        timeouts = Timeouts(limits_config.header_read_timeout_ms / 1000, limits_config.idle_timeout_ms / 1000)
+        tracker = ConnectionTracker()
+        host, port = split_address(address)
+        server = await asyncio.get_running_loop().create_server(
+            lambda: HttpProtocol(handler, limits, timeouts, tracker), host, port, reuse_port=self.reuse_port or None,
+            backlog=BACKLOG)
+        for sock in server.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return Listener(server, tracker)
+
+    def stop(self) -> None:
+        """Ask `serve_until_stopped` to drain and return."""
+        self._stopping.set()
+
+    async def serve_until_stopped(self) -> None:
+        """Serve until SIGTERM/SIGINT (or `stop`), then drain."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+        await self._stopping.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish up to the drain deadline, then close everything."""
+        listeners = [listener for listener in (self.data, self.admin) if listener is not None]
+        if self.runtime is not None:
+            self.runtime.ready = False
+        for listener in listeners:
+            listener.server.close()
+            listener.tracker.drain()
+        deadline = time.monotonic() + self.loaded.config.server.limits.drain_timeout_ms / 1000
+        while any(listener.tracker.busy for listener in listeners) and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        for listener in listeners:
+            for connection in list(listener.tracker.connections):
+                connection.abort()
+        if self.runtime is not None:
+            self.runtime.pool.close()
+        logger.info("gateway stopped (pid %d)", os.getpid())
+
+
+async def _serve(loaded: LoadedConfig, reuse_port: bool) -> None:
+    gateway = Gateway(loaded, reuse_port=reuse_port)
+    await gateway.start()
+    await gateway.serve_until_stopped()
+
+
+def run_single(loaded: LoadedConfig, *, reuse_port: bool = False) -> None:
+    """Run one gateway on uvloop in this process until SIGTERM."""
+    uvloop.run(_serve(loaded, reuse_port))
+
+
+def run_workers(loaded: LoadedConfig, workers: int) -> int:
+    """Fork `workers` processes sharing the ports; forward SIGTERM/SIGINT; return the worst exit status."""
+    if workers <= 1:
+        run_single(loaded)
+        return 0
+    children = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                run_single(loaded, reuse_port=True)
+            except BaseException:
+                logger.exception("worker failed")
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+
+    def forward(signum: int, frame: object) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    worst = 0
+    for child in children:
+        _, status = os.waitpid(child, 0)
+        worst = max(worst, os.waitstatus_to_exitcode(status))
+    return worst

@@ -1,0 +1,1 @@
+"""Provider-credential resolvers (`env`, `static_file`, `http`) behind one async interface."""

@@ -1,0 +1,33 @@
+"""Fixtures of the gateway tests: fake providers and gateways on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.gatewayproxy.fake_provider import FakeProvider
+
+
+@pytest.fixture(scope="session")
+def primary() -> Iterator[FakeProvider]:
+    """A provider named `primary`."""
+    provider = FakeProvider("primary").start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="session")
+def secondary() -> Iterator[FakeProvider]:
+    """A provider named `secondary`."""
+    provider = FakeProvider("secondary").start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_providers(request: pytest.FixtureRequest) -> None:
+    """Each test starts with empty scripts and request logs on the providers it uses."""
+    for name in ("primary", "secondary"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).reset()
