@@ -68,9 +68,10 @@ def _hash_and_respool(django_request: HttpRequest, digest: Any) -> None:
         digest.update(chunk)
         spool.write(chunk)
     spool.seek(0)
-    django_request._stream = spool  # type: ignore[attr-defined]
-    django_request._idempotency_spool = spool  # type: ignore[attr-defined]  (closed by `release`)
+    # The view reads the body again from the spool; `release` closes it when the view is done.
+    django_request._stream = spool  # type: ignore[assignment]
     django_request._read_started = False  # type: ignore[attr-defined]
+    django_request._idempotency_spool = spool  # type: ignore[attr-defined]
     django_request.META["CONTENT_LENGTH"] = str(received)
 
 

@@ -35,6 +35,7 @@ class Command(BaseCommand):
         self.ensure_demo_workspace()
         registry_url = f"http://{options['host']}:{options['port']}"
         self.stdout.write(f"Registry: {registry_url}  (OpenAPI: {registry_url}/openapi.json)")
+        os.environ.setdefault("VAULT__DEMO__VENDOR_B", "placeholder-set-VAULT__DEMO__VENDOR_B")
         processes = [subprocess.Popen(command) for command in self.process_commands(options)]
         self.wait(processes)
 
@@ -67,12 +68,9 @@ class Command(BaseCommand):
             ]
         ]
         available = get_commands()
-        for name, extra in (
-            ("runsessions", []),
-            ("runtriggers", []),
-            ("rungateway", ["--config", str(settings.BASE_DIR / "examples" / "demo.yaml")]),
-        ):
-            if name in available and all(not arg.endswith(".yaml") or os.path.exists(arg) for arg in extra):
+        demo_config = str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml")
+        for name, extra in (("runsessions", []), ("runtriggers", []), ("rungateway", ["--config", demo_config])):
+            if name in available:
                 commands.append([*manage, name, *extra])
         return commands
 
