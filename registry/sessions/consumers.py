@@ -27,17 +27,11 @@ from registry.core.ids import new_id
 from registry.sessions import selectors
 from registry.sessions.events import DELTA_TYPES
 from registry.sessions.models import Session
-from registry.sessions.tail import tail_for
+from registry.sessions.tail import sse_frame, tail_for
 
 logger = logging.getLogger(__name__)
 
 TERMINAL_TYPE = "session.status_terminated"
-
-
-def sse_frame(event: dict[str, Any], *, seq: int | None = None) -> bytes:
-    """One frame: `id` (the seq, for complete events), `event`, `data`, blank line."""
-    head = f"id: {seq}\n" if seq is not None else ""
-    return f"{head}event: {event['type']}\n".encode() + b"data: " + orjson.dumps(event) + b"\n\n"
 
 
 def parse_cursor(raw: str | None, name: str) -> int | None:
@@ -154,7 +148,7 @@ class SessionStreamConsumer(AsyncHttpConsumer):
                 return False
             for event in batch:
                 if event.type in visible:
-                    await self.write(sse_frame(selectors.render_event(event, native=self.native), seq=event.seq))
+                    await self.write(self.tail.frame(event, native=self.native))
                 self.last_seq = event.seq or self.last_seq
                 if event.type == TERMINAL_TYPE:
                     return True

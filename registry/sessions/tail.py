@@ -14,6 +14,7 @@ import time
 import weakref
 from typing import Any, Protocol
 
+import orjson
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
@@ -27,6 +28,12 @@ CACHE_LIMIT = 2000
 BATCH = 500
 
 read_events_after = database_sync_to_async(selectors.events_after, thread_sensitive=False)
+
+
+def sse_frame(event: dict[str, Any], *, seq: int | None = None) -> bytes:
+    """One frame: `id` (the seq, for complete events), `event`, `data`, blank line."""
+    head = f"id: {seq}\n" if seq is not None else ""
+    return f"{head}event: {event['type']}\n".encode() + b"data: " + orjson.dumps(event) + b"\n\n"
 
 
 class Subscriber(Protocol):
@@ -48,6 +55,18 @@ class SessionTail:
         self.lock = asyncio.Lock()
         self.subscribers: set[Subscriber] = set()
         self.listener: asyncio.Task[None] | None = None
+        self.frames: dict[tuple[str, bool], bytes] = {}
+
+    def frame(self, event: SessionEvent, *, native: bool) -> bytes:
+        """The event's SSE frame in a dialect, rendered once for all of this process's streams."""
+        key = (event.id, native)
+        encoded = self.frames.get(key)
+        if encoded is None:
+            encoded = sse_frame(selectors.render_event(event, native=native), seq=event.seq)
+            if len(self.frames) >= CACHE_LIMIT:
+                self.frames.clear()
+            self.frames[key] = encoded
+        return encoded
 
     # -- reading ------------------------------------------------------------------------------
     def covers(self, after_seq: int) -> bool:
