@@ -19,6 +19,7 @@ from registry.agents.models import Agent, AgentVersion
 from registry.core.errors import invalid_request
 from registry.core.fields import merge_metadata
 from registry.core.secrets import seal
+from registry.core.selectors import require_live
 from registry.environments.models import Environment
 from registry.files.selectors import check_file_resources
 from registry.gitcreds.selectors import git_credential_for_url
@@ -64,24 +65,9 @@ def _resolve_environment(workspace: Workspace, environment_id: str) -> Environme
 
 def _check_references(workspace: Workspace, values: dict[str, Any]) -> None:
     """Vaults and memory stores a session names must be live resources of its workspace."""
-    vault_ids = list(values.get("vault_ids") or [])
-    live_vaults = set(
-        Vault.objects.filter(workspace=workspace, pk__in=vault_ids, archived_at__isnull=True).values_list(
-            "id", flat=True
-        )
-    )
-    missing = [vault_id for vault_id in vault_ids if vault_id not in live_vaults]
-    if missing:
-        raise invalid_request(f"vault_ids: no live vault {missing[0]} in this workspace.")
+    require_live(Vault, workspace=workspace, ids=list(values.get("vault_ids") or []), field="vault_ids", noun="vault")
     store_ids = [item["memory_store_id"] for item in values.get("resources") or [] if item["type"] == "memory_store"]
-    live_stores = set(
-        MemoryStore.objects.filter(workspace=workspace, pk__in=store_ids, archived_at__isnull=True).values_list(
-            "id", flat=True
-        )
-    )
-    missing = [store_id for store_id in store_ids if store_id not in live_stores]
-    if missing:
-        raise invalid_request(f"resources: no live memory store {missing[0]} in this workspace.")
+    require_live(MemoryStore, workspace=workspace, ids=store_ids, field="resources", noun="memory store")
 
 
 def _repository_credential(workspace: Workspace, resource: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from rest_framework import serializers
 from registry.agents.models import Agent, AgentVersion
 from registry.core.errors import ApiError, conflict, invalid_request, not_found
 from registry.core.fields import merge_metadata
+from registry.core.selectors import require_live
 from registry.environments.models import Environment
 from registry.sessions.services import session_archive, session_create
 from registry.triggers import selectors
@@ -51,14 +52,7 @@ def _usable_environment_id(workspace: Workspace, environment_id: str) -> str:
 
 
 def _usable_vault_ids(workspace: Workspace, vault_ids: list[str]) -> list[str]:
-    live = set(
-        Vault.objects.filter(workspace=workspace, pk__in=vault_ids, archived_at__isnull=True).values_list(
-            "id", flat=True
-        )
-    )
-    missing = [vault_id for vault_id in vault_ids if vault_id not in live]
-    if missing:
-        raise invalid_request(f"session.vault_ids: no live vault {missing[0]} in this workspace.")
+    require_live(Vault, workspace=workspace, ids=vault_ids, field="session.vault_ids", noun="vault")
     return list(vault_ids)
 
 
