@@ -23,7 +23,7 @@ def test_there_is_an_example_per_destination_kind() -> None:
 def test_example_is_valid(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for variable in ("VAULT__PROVIDER_KEYS__VENDOR_A", "VAULT__PROVIDER_KEYS__VENDOR_B", "LOCAL_LLM_KEY",
                      "VAULT__AZURE__PROD", "VAULT__GCP__VERTEX", "VAULT__MCP_TOKENS__DOCS", "VAULT__NATIVE__SEARCH",
-                     "VAULT__KEYS__VENDOR_A", "VAULT__KEYS__VENDOR_B"):
+                     "VAULT__KEYS__VENDOR_A", "VAULT__KEYS__VENDOR_B", "VAULT__DEMO__VENDOR_B"):
         monkeypatch.setenv(variable, "example")
     loaded = load_config_file(str(path))
     assert loaded.config.destinations
