@@ -117,7 +117,12 @@ def database_settings(url: str) -> dict[str, Any]:
         # Under ASGI every request runs in its own thread: a pool, not per-thread connections, is reused.
         config["CONN_MAX_AGE"] = 0
         config["CONN_HEALTH_CHECKS"] = False
-        config["OPTIONS"] = {"pool": {"min_size": 2, "max_size": env_int("DATABASE_POOL_SIZE", 20), "timeout": 10}}
+        pool = {
+            "min_size": 2,
+            "max_size": env_int("DATABASE_POOL_SIZE", 20),
+            "timeout": env_int("DATABASE_POOL_TIMEOUT", 10),
+        }
+        config["OPTIONS"] = {"pool": pool}
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["CONN_MAX_AGE"] = 0
         config["OPTIONS"] = {

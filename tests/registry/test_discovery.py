@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+import httpx
+import psycopg
 import pytest
 
+from tests.live import free_port, live_registry
 from tests.registry.helpers import assert_error
 
 
@@ -40,3 +45,24 @@ def test_apis_lists_exactly_the_configured_groups(api, settings):
 
 def test_no_groups_by_default(api):
     assert api.get("/apis").json()["groups"] == []
+
+
+def test_readyz_is_503_when_the_database_is_unreachable_or_unmigrated():
+    """A live registry on a database that refuses connections, then on an empty (unmigrated) one."""
+    name = f"registry_unmigrated_{os.getpid()}"
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        cases = {
+            f"postgres://postgres@127.0.0.1:{free_port()}/nothing": "database unreachable",
+            f"postgres://postgres@127.0.0.1:5432/{name}": "not applied",
+        }
+        for database_url, reason in cases.items():
+            with live_registry(DATABASE_URL=database_url, DATABASE_POOL_TIMEOUT="2") as url:
+                assert httpx.get(f"{url}/healthz").status_code == 200
+                response = httpx.get(f"{url}/readyz")
+                assert response.status_code == 503 and reason in response.json()["error"]["message"]
+    finally:
+        with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
