@@ -13,6 +13,7 @@ class ErrorCode(enum.StrEnum):
     FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"
     NO_ROUTE = "no_route"
+    PATH_NOT_ALLOWED = "path_not_allowed"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     CONFIG_READ_ONLY = "config_read_only"
     REQUEST_TIMEOUT = "request_timeout"
@@ -37,6 +38,7 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.NO_ROUTE: 404,
+    ErrorCode.PATH_NOT_ALLOWED: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.CONFIG_READ_ONLY: 409,
     ErrorCode.REQUEST_TIMEOUT: 408,
@@ -93,13 +95,14 @@ def error_type(protocol: Protocol, status: int) -> str:
     return table.get(status, "api_error" if protocol is Protocol.VENDOR_B or status < 500 else "server_error")
 
 
-def error_body(protocol: Protocol, code: str, message: str, status: int) -> dict:
-    """The error document for `code` in the envelope of `protocol` (decisions.md, Gateway)."""
+def error_body(protocol: Protocol, code: str, message: str, status: int, rpc_id: str | int | None = None) -> dict:
+    """The error document for `code` in the envelope of `protocol` (decisions.md, Gateway); `rpc_id` is the
+    JSON-RPC id of the request it answers."""
     kind = error_type(protocol, status)
     if protocol is Protocol.VENDOR_B:
         return {"type": "error", "error": {"type": kind, "message": message, "code": code}}
     if protocol is Protocol.JSONRPC:
-        return {"jsonrpc": "2.0", "id": None,
+        return {"jsonrpc": "2.0", "id": rpc_id,
                 "error": {"code": _JSONRPC_SERVER_ERROR, "message": message, "data": {"code": code}}}
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
 

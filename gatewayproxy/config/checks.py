@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 
+from gatewayproxy.config.auth import AuthPlacement
 from gatewayproxy.config.models import GatewayConfig, Route
 
 _TEMPLATE_SCOPE = re.compile(r"\{scope\.([^}]+)\}")
@@ -79,6 +80,25 @@ def _pricing_problems(config: GatewayConfig) -> Iterator[str]:
             yield f"rate_limits[{index}].budget_usd_per_month: needs destination pricing or plugins.cost_model"
 
 
+def _native_problems(config: GatewayConfig) -> Iterator[str]:
+    """A native API-key provider names exactly one destination, with a readable `auth` and absolute paths."""
+    providers: set[str] = set()
+    for name, destination in config.destinations.items():
+        if destination.kind != "native_api_key":
+            continue
+        key = f"destinations.{name}"
+        if destination.provider in providers:
+            yield f"{key}.provider: another native_api_key destination already serves {destination.provider!r}"
+        providers.add(destination.provider or "")
+        try:
+            AuthPlacement.parse(destination.auth or {})
+        except ValueError as error:
+            yield f"{key}.auth: {error}"
+        for index, path in enumerate(destination.allowed_paths or []):
+            if not path.startswith("/"):
+                yield f"{key}.allowed_paths[{index}]: must start with `/`"
+
+
 def config_problems(config: GatewayConfig) -> list[str]:
     """Every cross-reference problem of `config`, each naming its key."""
     declared = set(config.identity.scope_dims)
@@ -92,6 +112,7 @@ def config_problems(config: GatewayConfig) -> list[str]:
         *_undeclared_dims("spend.trusted_header_dims", config.spend.trusted_header_dims, declared),
         *_guardrail_problems(config),
         *_pricing_problems(config),
+        *_native_problems(config),
     ]
     for i, validator in enumerate(config.identity.validators):
         problems += _undeclared_dims(f"identity.validators[{i}].scope_from.jwt_claims",

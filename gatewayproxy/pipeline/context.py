@@ -19,6 +19,8 @@ class Operation(enum.Enum):
     EMBEDDINGS = "embeddings"
     MESSAGES = "messages"
     RESPONSES = "responses"
+    MCP = "mcp"
+    NATIVE = "native"
 
 
 @dataclass(frozen=True)

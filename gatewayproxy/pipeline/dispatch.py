@@ -264,7 +264,7 @@ def _final_error(failure: Failure) -> GatewayError:
     return GatewayError(ErrorCode.UPSTREAM_ERROR, failure.message)
 
 
-def error_response(protocol: Protocol, error: GatewayError) -> Response:
-    """A gateway error in the protocol of its path."""
-    body = orjson.dumps(error_body(protocol, error.code.value, error.message, error.status))
+def error_response(protocol: Protocol, error: GatewayError, rpc_id: str | int | None = None) -> Response:
+    """A gateway error in the protocol of its path (`rpc_id`: the JSON-RPC id it answers, on MCP paths)."""
+    body = orjson.dumps(error_body(protocol, error.code.value, error.message, error.status, rpc_id))
     return Response(error.status, [*JSON_CONTENT, *error.headers], body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -12,11 +13,17 @@ import orjson
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline.context import Operation, RequestContext
-from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, error_response
+from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Finish, error_response
+from gatewayproxy.planes.mcp import DEPRECATED_PATH as DEPRECATED_MCP_PATH
+from gatewayproxy.planes.mcp import McpProxy, jsonrpc_id
+from gatewayproxy.planes.mcp_sse import SSE_PATH, SseBridge
+from gatewayproxy.planes.native import PREFIX as NATIVE_PREFIX
+from gatewayproxy.planes.native import NativeProxy
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.state import Runtime
 
 logger = logging.getLogger("gatewayproxy.data")
+Serve = Callable[[RequestContext, Finish], Awaitable[Response]]
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,9 @@ class DataPlane:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.native = NativeProxy(runtime)
+        self.mcp = McpProxy(runtime)
+        self.mcp_sse = SseBridge(self.mcp)
 
     async def __call__(self, request: Request) -> Response:
         endpoint = ENDPOINTS.get(request.path)
@@ -78,21 +88,26 @@ class DataPlane:
         if request.method != "POST":
             return self._error(endpoint.protocol,
                                GatewayError(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here"))
-        context = RequestContext(request=request, operation=endpoint.operation, protocol=endpoint.protocol)
+        return await self._run(RequestContext(request=request, operation=endpoint.operation,
+                                              protocol=endpoint.protocol), self._serve)
+
+    async def _run(self, context: RequestContext, serve: Serve) -> Response:
+        """Serve a request, answering any failure in the protocol of its path, and account for it."""
+        request = context.request
         self.runtime.metrics.in_flight.inc()
         try:
-            response = await self._serve(context)
+            response = await serve(context, self.finish)
         except GatewayError as error:
-            response = self._error(context.protocol, error)
+            response = self._error(context.protocol, error, request)
         except Exception:
             logger.exception("request %s failed", request.request_id)
-            response = self._error(context.protocol, GatewayError(ErrorCode.INTERNAL_ERROR, "internal error"))
+            response = self._error(context.protocol, GatewayError(ErrorCode.INTERNAL_ERROR, "internal error"), request)
         if response.stream is None:
             context.status = response.status
             self.finish(context)
         return response
 
-    async def _serve(self, context: RequestContext) -> Response:
+    async def _serve(self, context: RequestContext, finish: Finish) -> Response:
         state = self.runtime.state
         context.principal = await state.identity.authenticate(context.request.headers)
         context.body = parse_body(context.request)
@@ -103,7 +118,7 @@ class DataPlane:
             raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves model {context.model!r} on "
                                                    f"{context.request.path}")
         context.route = route.name
-        return await Dispatch(self.runtime, context, route.plan(context), self.finish).run()
+        return await Dispatch(self.runtime, context, route.plan(context), finish).run()
 
     def finish(self, context: RequestContext) -> None:
         """Account for a served request once its last byte is known."""
@@ -120,10 +135,11 @@ class DataPlane:
         for stage in self.runtime.state.stages:
             stage.after_response(context)
 
-    def _error(self, protocol: Protocol, error: GatewayError) -> Response:
+    def _error(self, protocol: Protocol, error: GatewayError, request: Request | None = None) -> Response:
         metrics = self.runtime.metrics
         metrics.child(metrics.errors, error.code.value).inc()
-        return error_response(protocol, error)
+        rpc_id = jsonrpc_id(request.body) if protocol is Protocol.JSONRPC and request is not None else None
+        return error_response(protocol, error, rpc_id)
 
     async def _other(self, request: Request) -> Response:
         """Paths outside the model operations."""
@@ -135,12 +151,20 @@ class DataPlane:
             return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED,
                                                                "agent sessions are not implemented"))
         if request.path in MCP_PATHS:
-            return self._error(Protocol.JSONRPC, GatewayError(ErrorCode.NOT_IMPLEMENTED,
-                                                              "MCP traffic is not served by this build"))
-        if request.path.startswith("/v1/proxy/"):
-            return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED,
-                                                               "the native API-key proxy is not served by this build"))
+            return await self._mcp_request(request)
+        if request.path.startswith(NATIVE_PREFIX):
+            context = RequestContext(request=request, operation=Operation.NATIVE, protocol=Protocol.VENDOR_A)
+            return await self._run(context, self.native.serve)
         return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_FOUND, f"no endpoint {request.path}"))
+
+    async def _mcp_request(self, request: Request) -> Response:
+        """MCP traffic; the deprecated `/mcp` alias says so in a `Deprecation` header."""
+        context = RequestContext(request=request, operation=Operation.MCP, protocol=Protocol.JSONRPC)
+        serve = self.mcp_sse.serve if request.path == SSE_PATH else self.mcp.serve
+        response = await self._run(context, serve)
+        if request.path == DEPRECATED_MCP_PATH:
+            response.headers = [*response.headers, (b"deprecation", b"true")]
+        return response
 
     async def _models(self, request: Request) -> Response:
         try:

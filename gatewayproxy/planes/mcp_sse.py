@@ -1,0 +1,119 @@
+"""MCP over SSE (the 2024-11-05 transport) on `/v1/mcp/sse`, bridged to the destination's Streamable HTTP endpoint.
+
+`GET /v1/mcp/sse` opens the client's event stream and names its message endpoint
+(`/v1/mcp/sse?session_id=<random token>`); each `POST` there is relayed to the upstream as a Streamable HTTP
+request under the upstream session the gateway keeps for that stream, and the upstream's answers are written to
+the stream as `message` events. Tokens are bound to the principal that opened the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs
+
+import orjson
+
+from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.http.sse import SseDecoder, encode_event
+from gatewayproxy.pipeline.context import RequestContext
+from gatewayproxy.planes.mcp import SESSION_HEADER, McpProxy, SessionOwner
+from gatewayproxy.server.protocol import Response
+
+SSE_PATH = "/v1/mcp/sse"
+EVENT_STREAM = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+KEEPALIVE_SECONDS = 15.0
+UPSTREAM_HEADERS = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+
+
+@dataclass
+class SseSession:
+    """One client's event stream: who opened it, where it goes, and the messages waiting to be written."""
+
+    owner: SessionOwner
+    outgoing: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+    upstream_session: bytes | None = None
+
+
+def upstream_messages(content_type: bytes, body: bytes) -> list[bytes]:
+    """The JSON-RPC messages of a Streamable HTTP answer (a JSON body or an event stream), one line each."""
+    if content_type.startswith(b"text/event-stream"):
+        events = SseDecoder().feed(body + b"\n\n")
+        return [event.data.encode() for event in events if event.event in ("", "message") and event.data]
+    return [orjson.dumps(orjson.loads(body))] if body.strip() else []
+
+
+async def next_frame(outgoing: asyncio.Queue[bytes]) -> bytes:
+    """The next message event, or a comment after a quiet spell so a departed client is noticed on write."""
+    try:
+        async with asyncio.timeout(KEEPALIVE_SECONDS):
+            return await outgoing.get()
+    except TimeoutError:
+        return b": keepalive\n\n"
+
+
+class SseBridge:
+    """Serves `/v1/mcp/sse`: event streams on GET, their messages on POST."""
+
+    def __init__(self, proxy: McpProxy) -> None:
+        self.proxy = proxy
+        self.sessions: dict[str, SseSession] = {}
+
+    async def serve(self, context: RequestContext, finish: Callable[[RequestContext], None]) -> Response:
+        """Open a stream or deliver a message."""
+        method = context.request.method
+        if method not in ("GET", "POST"):
+            raise GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "MCP over SSE accepts GET and POST")
+        context.principal = await self.proxy.runtime.state.identity.authenticate(context.request.headers)
+        if method == "GET":
+            return self._open(context, finish)
+        return await self._deliver(context)
+
+    def _open(self, context: RequestContext, finish: Callable[[RequestContext], None]) -> Response:
+        name, _ = self.proxy.destination(context, None)
+        token = secrets.token_urlsafe(24)
+        session = SseSession(SessionOwner(context.principal.id, name))
+        self.sessions[token] = session
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                yield encode_event(f"{SSE_PATH}?session_id={token}".encode(), "endpoint")
+                while True:
+                    yield await next_frame(session.outgoing)
+            finally:
+                self.sessions.pop(token, None)
+                context.status = 200
+                finish(context)
+
+        return Response(200, EVENT_STREAM, stream=events())
+
+    def _session(self, context: RequestContext) -> SseSession:
+        token = parse_qs(context.request.query).get("session_id", [""])[0]
+        session = self.sessions.get(token)
+        if session is None or session.owner.principal != context.principal.id:
+            raise GatewayError(ErrorCode.NOT_FOUND, "unknown MCP session")
+        return session
+
+    async def _deliver(self, context: RequestContext) -> Response:
+        session = self._session(context)
+        destination = self.proxy.runtime.state.config.destinations.get(session.owner.destination)
+        if destination is None:
+            raise GatewayError(ErrorCode.NO_ROUTE, f"destination {session.owner.destination!r} is gone")
+        context.destination = session.owner.destination
+        headers = UPSTREAM_HEADERS
+        if session.upstream_session is not None:
+            headers = [*headers, (SESSION_HEADER.encode(), session.upstream_session)]
+        upstream = await self.proxy.call(context, destination, b"POST", headers, context.request.body)
+        session.upstream_session = upstream.header(SESSION_HEADER.encode()) or session.upstream_session
+        body = await upstream.read()
+        if upstream.status >= 400:
+            raise GatewayError(ErrorCode.UPSTREAM_ERROR, f"MCP server answered {upstream.status}")
+        try:
+            messages = upstream_messages(upstream.header(b"content-type") or b"", body)
+        except orjson.JSONDecodeError:
+            raise GatewayError(ErrorCode.UPSTREAM_ERROR, "MCP server answered with invalid JSON") from None
+        for message in messages:
+            session.outgoing.put_nowait(encode_event(message, "message"))
+        return Response(202, [(b"content-type", b"text/plain")], b"Accepted")
