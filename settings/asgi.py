@@ -1,16 +1,20 @@
-"""ASGI entry point (daphne): the session event stream as a Channels consumer, Django for the rest."""
+"""ASGI entry point (daphne): the session event stream as a Channels consumer; the rest of the API,
+whose views are sync, through Django's WSGI handler in one worker-thread hop (registry.core.asgi)."""
 
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
-django_application = get_asgi_application()
+get_asgi_application()  # sets Django up before the consumers and the WSGI adapter are imported
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
+from registry.core.asgi import WsgiApplication  # noqa: E402
 from registry.sessions.consumers import SessionStreamConsumer  # noqa: E402
+
+django_application = WsgiApplication()
 
 application = ProtocolTypeRouter(
     {
