@@ -122,7 +122,9 @@ def database_settings(url: str) -> dict[str, Any]:
             "max_size": env_int("DATABASE_POOL_SIZE", 20),
             "timeout": env_int("DATABASE_POOL_TIMEOUT", 10),
         }
-        config["OPTIONS"] = {"pool": pool}
+        # Custom plans always: a cached generic plan for `workspace = $1 ... ORDER BY ... LIMIT $2` sorts the
+        # whole workspace (8 ms for 10,000 agents) instead of walking the list index (0.05 ms).
+        config["OPTIONS"] = {"pool": pool, "options": "-c plan_cache_mode=force_custom_plan"}
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["CONN_MAX_AGE"] = 0
         config["OPTIONS"] = {

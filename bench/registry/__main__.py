@@ -45,6 +45,8 @@ class Latency:
 
 def seed_agents(count: int) -> tuple[str, str, str]:
     """One workspace with `count` agents; returns (api_key, workspace id, id of one agent)."""
+    from django.db import connection
+
     from registry.agents.models import Agent, AgentVersion
     from registry.agents.services import build_spec
     from registry.workspaces.services import workspace_create
@@ -59,6 +61,8 @@ def seed_agents(count: int) -> tuple[str, str, str]:
     AgentVersion.objects.bulk_create(
         [AgentVersion(agent=agent, version=1, spec=agent.spec) for agent in agents], batch_size=1000
     )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # as autovacuum would have: planner statistics for the bulk-loaded rows
     return issued.plaintext, workspace.id, agents[count // 2].id
 
 
