@@ -2,20 +2,29 @@
 
 It adds what h11 leaves to its user: header size and count limits (431), a body limit answered from
 Content-Length before the body is read (413), and refusal of ambiguous framing (400).
+
+Plain requests take a fast path (httptools parses the head, the response head is written here, byte for
+byte what h11 writes); anything else goes through h11. tests/gatewayproxy/test_http.py checks the two agree.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
 import h11
+import httptools
 import orjson
 
 from gatewayproxy.errors import ErrorCode, Protocol, error_body
 
 _HEAD_END = b"\r\n\r\n"
 _OBSOLETE_FOLD = (b"\r\n ", b"\r\n\t")
+# The fast path only takes heads that h11 would accept unchanged; anything else goes through h11.
+_TARGET = re.compile(rb"[\x21-\x7e]+")
+_DIGITS = re.compile(rb"[0-9]+")
+_FALLBACK_HEADERS = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,9 @@ class ProtocolFailure:
 
 Event = RequestReceived | ProtocolFailure
 
+# What h11 reports for bytes after a request that ends the connection.
+_DATA_AFTER_CLOSE = ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "malformed request: Got data when expecting EOF")
+
 
 def _request_of(head: h11.Request, body: bytes) -> Request:
     target = head.target.decode("latin-1")
@@ -76,33 +88,177 @@ def _framing_problem(head: h11.Request) -> str | None:
     return None
 
 
+def _comma_values(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
+    """h11's get_comma_header over (lower-case name, value) pairs."""
+    values: list[bytes] = []
+    for found, value in headers:
+        if found == name:
+            values += [piece.strip() for piece in value.lower().split(b",") if piece.strip()]
+    return values
+
+
+class _HeadCollector:
+    """httptools callbacks for one request head."""
+
+    __slots__ = ("complete", "headers", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.complete = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value.strip(b" \t")))
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+
+
+class _FastCycle:
+    """One request/response cycle served without h11: a plain HTTP/1.1 request with at most a Content-Length
+    body, answered with the bytes h11 would have produced."""
+
+    __slots__ = ("body", "body_left", "chunked", "delivered", "eof", "headers", "keep_alive", "length", "pending",
+                 "request", "state")
+
+    def __init__(self, request: Request, headers: list[tuple[bytes, bytes]], length: int, keep_alive: bool) -> None:
+        self.request = request
+        self.headers = headers
+        self.length = length
+        self.keep_alive = keep_alive
+        self.body = bytearray()
+        self.pending = bytearray()
+        self.eof = False
+        self.delivered = False
+        self.state = "idle"  # idle -> body -> done, or error
+        self.chunked = False
+        self.body_left = 0
+
+    @property
+    def received(self) -> bool:
+        return len(self.body) == self.length
+
+
 class ServerConnection:
-    """One client connection's HTTP state: feed bytes with `receive`, write what the `send_*` methods return."""
+    """One client connection's HTTP state: feed bytes with `receive`, write what the `send_*` methods return.
+
+    Plain requests (HTTP/1.1, one Host, no Transfer-Encoding/Upgrade/Expect, not HEAD/CONNECT, within the
+    limits) are parsed with httptools and answered without h11, byte for byte as h11 would; every other
+    request goes through h11 unchanged.
+    """
 
     def __init__(self, limits: HttpLimits) -> None:
         self.limits = limits
-        # h11's own limit only applies to incomplete events; the head check below enforces ours.
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes + 1024)
+        self._h11 = self._new_h11()
         self._head: h11.Request | None = None
         self._body = bytearray()
         self._head_scan = bytearray()
+        self._fast: _FastCycle | None = None
+        self._carry: tuple[bytes, bool] | None = None
         self.failed = False
+
+    def _new_h11(self) -> h11.Connection:
+        # h11's own limit only applies to incomplete events; the head check below enforces ours.
+        return h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes + 1024)
 
     @property
     def waiting_for_request(self) -> bool:
         """True while no request of the current cycle has started arriving."""
-        return self._head is None and not self._head_scan
+        return self._fast is None and self._head is None and not self._head_scan
 
     def receive(self, data: bytes) -> list[Event]:
         """Feed bytes from the peer (b"" at end of stream); returns the events they complete."""
         if self.failed:
             return []
+        if self._fast is not None:
+            return self._fast_receive(self._fast, data, eof=not data)
         if self._head is None:
             problem = self._scan_head(data)
             if problem is not None:
                 return [self._fail(problem)]
+            if data:
+                fast = self._try_fast()
+                if fast is not None:
+                    return fast
         self._h11.receive_data(data)
         return self._events()
+
+    def _try_fast(self) -> list[Event] | None:
+        """Take the fast path when the scanned head is complete and plain; None leaves it to h11."""
+        end = self._head_scan.find(_HEAD_END)
+        if end < 0:
+            return None
+        head = bytes(self._head_scan[:end + 4])
+        if b"\x0b" in head or b"\x0c" in head or b"\x00" in head:
+            return None
+        collector = _HeadCollector()
+        parser = httptools.HttpRequestParser(collector)
+        try:
+            parser.feed_data(head)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            return None
+        method = parser.get_method()
+        headers = collector.headers
+        if (not collector.complete or parser.get_http_version() != "1.1" or method in (b"HEAD", b"CONNECT")
+                or _TARGET.fullmatch(collector.url) is None or len(headers) > self.limits.max_header_count):
+            return None
+        hosts = 0
+        declared = b""
+        for name, _ in headers:
+            if name in _FALLBACK_HEADERS:
+                return None
+            hosts += name == b"host"
+        if hosts != 1:
+            return None
+        lengths = [value for name, value in headers if name == b"content-length"]
+        if lengths:
+            declared = lengths[0]
+            if len(lengths) > 1 or _DIGITS.fullmatch(declared) is None:
+                return None
+        length = int(declared) if declared else 0
+        if length > self.limits.max_body_bytes:
+            return None
+        keep_alive = b"close" not in _comma_values(headers, b"connection")
+        target = collector.url.decode("latin-1")
+        path, _, query = target.partition("?")
+        text_headers: dict[str, str] = {}
+        for name, value in headers:
+            key = name.decode("latin-1")
+            text = value.decode("latin-1")
+            text_headers[key] = f"{text_headers[key]}, {text}" if key in text_headers else text
+        request = Request(method=method.decode("ascii"), path=path, query=query, headers=text_headers, body=b"")
+        fast = _FastCycle(request, headers, length, keep_alive)
+        rest = bytes(self._head_scan[end + 4:])
+        self._head_scan.clear()
+        self._fast = fast
+        self._h11 = self._new_h11()
+        return self._fast_receive(fast, rest, eof=False)
+
+    def _fast_receive(self, fast: _FastCycle, data: bytes, eof: bool) -> list[Event]:
+        if fast.delivered:
+            if data and not fast.keep_alive:
+                return [self._fail(_DATA_AFTER_CLOSE)]
+            fast.pending += data
+            fast.eof = fast.eof or eof
+            return []
+        if eof:
+            failure = ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "malformed request: peer closed connection "
+                                      f"without sending complete message body: received {len(fast.body)} bytes, "
+                                      f"expected {fast.length}")
+            return [self._fail(failure)]
+        wanted = fast.length - len(fast.body)
+        fast.body += data[:wanted]
+        fast.pending += data[wanted:]
+        if not fast.received:
+            return []
+        fast.request.body = bytes(fast.body)
+        fast.delivered = True
+        if fast.pending and not fast.keep_alive:
+            return [RequestReceived(fast.request), self._fail(_DATA_AFTER_CLOSE)]
+        return [RequestReceived(fast.request)]
 
     def _scan_head(self, data: bytes) -> ProtocolFailure | None:
         self._head_scan += data
@@ -168,19 +324,76 @@ class ServerConnection:
     @property
     def response_started(self) -> bool:
         """Whether the head of the current response has been produced."""
+        if self._fast is not None:
+            return self._fast.state != "idle"
         return self._h11.our_state is not h11.IDLE and self._h11.our_state is not h11.SEND_RESPONSE
 
     def send_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         """The status line and headers; without content-length the body goes chunked."""
-        return self._h11.send(h11.Response(status_code=status, headers=headers, reason=_reason(status))) or b""
+        response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
+        if self._fast is None:
+            return self._h11.send(response) or b""
+        return self._fast_head(self._fast, response)
+
+    def _fast_head(self, fast: _FastCycle, response: h11.Response) -> bytes:
+        """What h11 writes for this response to a plain HTTP/1.1 GET-like request."""
+        if fast.state != "idle" or not fast.received:
+            fast.state = "error"
+            raise h11.LocalProtocolError("can't send a response head now")
+        items = [(raw, name, value) for (raw, value), (name, _) in zip(response.headers.raw_items(),
+                                                                        response.headers, strict=True)]
+        lowered = [(name, value) for _, name, value in items]
+        fast.chunked = False
+        fast.body_left = 0
+        if response.status_code not in (204, 304):
+            lengths = _comma_values(lowered, b"content-length")
+            if _comma_values(lowered, b"transfer-encoding") or not lengths:
+                fast.chunked = True
+                items = [item for item in items if item[1] not in (b"content-length", b"transfer-encoding")]
+                items.append((b"Transfer-Encoding", b"transfer-encoding", b"chunked"))
+            else:
+                fast.body_left = int(lengths[0])
+        if not fast.keep_alive:
+            connection = set(_comma_values(lowered, b"connection"))
+            connection.discard(b"keep-alive")
+            connection.add(b"close")
+            items = [item for item in items if item[1] != b"connection"]
+            items += [(b"Connection", b"connection", value) for value in sorted(connection)]
+        if b"close" in _comma_values([(name, value) for _, name, value in items], b"connection"):
+            fast.keep_alive = False
+        lines = [b"HTTP/1.1 %s %s\r\n" % (str(response.status_code).encode("ascii"), response.reason)]
+        lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in items if name == b"host"]
+        lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in items if name != b"host"]
+        lines.append(b"\r\n")
+        fast.state = "body"
+        return b"".join(lines)
 
     def send_data(self, data: bytes) -> bytes:
         """One piece of the response body."""
-        return self._h11.send(h11.Data(data=data)) or b""
+        fast = self._fast
+        if fast is None:
+            return self._h11.send(h11.Data(data=data)) or b""
+        if fast.state != "body":
+            fast.state = "error"
+            raise h11.LocalProtocolError("can't send data now")
+        if fast.chunked:
+            return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+        fast.body_left -= len(data)
+        if fast.body_left < 0:
+            fast.state = "error"
+            raise h11.LocalProtocolError("Too much data for declared Content-Length")
+        return bytes(data)
 
     def send_end(self) -> bytes:
         """The end of the response body."""
-        return self._h11.send(h11.EndOfMessage()) or b""
+        fast = self._fast
+        if fast is None:
+            return self._h11.send(h11.EndOfMessage()) or b""
+        if fast.state != "body" or (not fast.chunked and fast.body_left != 0):
+            fast.state = "error"
+            raise h11.LocalProtocolError("Too little data for declared Content-Length")
+        fast.state = "done"
+        return b"0\r\n\r\n" if fast.chunked else b""
 
     def send_response(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
         """A whole response with a content-length."""
@@ -189,6 +402,13 @@ class ServerConnection:
 
     def next_cycle(self) -> bool:
         """After a response: True (and ready for the next request) when the connection can be kept alive."""
+        fast = self._fast
+        if fast is not None:
+            if fast.state != "done" or not fast.keep_alive:
+                return False
+            self._fast = None
+            self._carry = (bytes(fast.pending), fast.eof)
+            return True
         if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
             return False
         self._h11.start_next_cycle()
@@ -198,6 +418,21 @@ class ServerConnection:
 
     def pending_events(self) -> list[Event]:
         """Events completed by bytes that arrived during the previous response (pipelining)."""
+        if self._carry is not None:
+            pipelined, eof = self._carry
+            self._carry = None
+            if eof:
+                self._h11.receive_data(pipelined)
+                self._h11.receive_data(b"")
+                self._head_scan = bytearray(pipelined)
+                problem = self._scan_head(b"")
+                if problem is not None:
+                    return [self._fail(problem)]
+                return self._events()
+            if not pipelined:
+                return []
+            self._head_scan = bytearray()
+            return self.receive(pipelined)
         pipelined = self._h11.trailing_data[0]
         if not pipelined:
             return []

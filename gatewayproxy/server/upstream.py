@@ -1,7 +1,7 @@
 """The upstream client: pooled keep-alive HTTP/1.1 connections with read-side backpressure.
 
 Built on asyncio protocols and the httptools (llhttp) parser because it measured faster than the general
-clients and than h11 for this side (bench/gateway/RESULTS.md); the client-facing server stays on h11.
+clients and than h11 for this side (bench/gateway/RESULTS.md); the client-facing server uses it for plain requests too.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
+import h11
 import pytest
 
 from gatewayproxy.errors import ErrorCode
@@ -122,3 +126,92 @@ def test_response_started_tracks_the_head() -> None:
     assert not connection.response_started
     connection.send_head(200, [])
     assert connection.response_started
+
+
+PARITY_REQUESTS = [
+    REQUEST,
+    b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n",
+    b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n",
+    b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: Keep-Alive, Close\r\n\r\n",
+    b"POST /a?b=c&d HTTP/1.1\r\nhost:gw  \r\nContent-Length: 0\r\nX-Obs: caf\xe9 \x01\r\nX-Empty:\r\n\r\n",
+    b"POST /a?b=c&d HTTP/1.1\r\nhost:gw  \r\nContent-Length: 0\r\nX-Obs: caf\xe9  x\r\nX-Empty:\r\nX-A: 1\r\n"
+    b"x-a: 2\r\n\r\n",
+    b"HEAD / HTTP/1.1\r\nHost: gw\r\n\r\n",
+    b"GET / HTTP/1.0\r\n\r\n",
+    b"GET / HTTP/1.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    b"GET / HTTP/1.1\nHost: gw\n\n",
+    b"GET / HTTP/1.1\r\nHost: gw\r\nX: a\x0bb\r\n\r\n",
+    b"GET /\xe9 HTTP/1.1\r\nHost: gw\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 101\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\n\r\nab",
+    b"OPTIONS * HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+    b"POST / HTTP/1.1\r\nHost: gw\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
+    b"CONNECT gw:443 HTTP/1.1\r\nHost: gw\r\n\r\n",
+]
+PARITY_RESPONSES: list[tuple[int, list[tuple[bytes, bytes]], list[bytes] | bytes]] = [
+    (200, [(b"Content-Type", b"application/json"), (b"X-Request-Id", b"r")], b'{"a":1}'),
+    (204, [], b""),
+    (304, [(b"ETag", b"x")], b""),
+    (404, [(b"host", b"h"), (b"connection", b"keep-alive")], b"nope"),
+    (200, [(b"connection", b"close")], b"x"),
+    (200, [(b"content-type", b"text/event-stream")], [b"a", b"", b"bc"]),
+    (200, [(b"Transfer-Encoding", b"chunked"), (b"x", b"y")], [b"abc"]),
+    (200, [(b"Content-Length", b"3")], [b"ab", b"c"]),
+    (200, [(b"Content-Length", b"3")], [b"abcd"]),
+    (200, [(b"Content-Length", b"3")], [b"ab"]),
+    (299, [(b"x", b"bad\r\nvalue")], b""),
+    (101, [], b""),
+]
+
+
+def _exchange(connection: ServerConnection, raw: bytes, status: int, headers: list[tuple[bytes, bytes]],
+              body: list[bytes] | bytes, size: int) -> list[object]:
+    """Everything observable about one exchange: events, bytes written, errors, keep-alive, pipelining."""
+    seen: list[object] = []
+    for i in range(0, len(raw), size):
+        tail = b"GET /next HTTP/1.1\r\nHost: gw\r\n\r\n" if i + size >= len(raw) else b""
+        seen.append(repr(connection.receive(raw[i:i + size] + tail)))
+    seen.append(connection.waiting_for_request)
+    if connection.failed or not any("RequestReceived" in str(item) for item in seen):
+        return seen
+    steps: list[Callable[[], bytes]]
+    if isinstance(body, bytes):
+        steps = [lambda: connection.send_response(status, headers, body)]
+    else:
+        steps = [lambda: connection.send_head(status, headers)]
+        steps += [lambda chunk=chunk: connection.send_data(chunk) for chunk in body]  # type: ignore[misc]
+        steps.append(connection.send_end)
+    for step in steps:
+        try:
+            seen.append(step())
+        except h11.LocalProtocolError as error:
+            seen.append(("error", str(error)))
+            seen.append(connection.response_started)
+            return seen
+        seen.append(connection.response_started)
+    kept = connection.next_cycle()
+    seen.append(kept)
+    if kept:
+        seen.append(repr(connection.pending_events()))
+    return seen
+
+
+@pytest.mark.parametrize("raw", PARITY_REQUESTS)
+def test_fast_path_matches_h11(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    for (status, headers, body), size in itertools.product(PARITY_RESPONSES, (7, len(raw))):
+        fast = _exchange(ServerConnection(LIMITS), raw, status, headers, body, size)
+        with monkeypatch.context() as patched:
+            patched.setattr(ServerConnection, "_try_fast", lambda self: None)
+            slow = _exchange(ServerConnection(LIMITS), raw, status, headers, body, size)
+        assert fast == slow, (raw, status, headers, body, size)
+
+
+def test_fast_path_is_taken_for_plain_requests() -> None:
+    taken = []
+    for raw in PARITY_REQUESTS:
+        connection = ServerConnection(LIMITS)
+        connection.receive(raw)
+        taken.append(connection._fast is not None)
+    assert taken == [True] * 4 + [False, True] + [False] * 9 + [True] + [False] * 3
