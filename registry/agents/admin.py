@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 
 from registry.agents.models import Agent, AgentVersion
+from registry.core.admin import ReadOnlyInline
 
 
-class AgentVersionInline(admin.TabularInline):  # type: ignore[type-arg]
+class AgentVersionInline(ReadOnlyInline):
     model = AgentVersion
-    extra = 0
     fields = ("version", "created_at", "spec")
-    readonly_fields = fields
-    can_delete = False
     ordering = ("-version",)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Agent)

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 
+from registry.core.admin import ReadOnlyInline
 from registry.sessions.models import Session, SessionEvent
 
 
-class SessionEventInline(admin.TabularInline):  # type: ignore[type-arg]
+class SessionEventInline(ReadOnlyInline):
     model = SessionEvent
-    extra = 0
     fields = ("seq", "type", "processed_at", "body")
-    readonly_fields = fields
-    can_delete = False
     ordering = ("seq",)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Session)

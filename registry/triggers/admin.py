@@ -8,19 +8,14 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from registry.core.admin import ReadOnlyInline
 from registry.triggers.models import Trigger, TriggerFire
 
 
-class TriggerFireInline(admin.TabularInline):  # type: ignore[type-arg]
+class TriggerFireInline(ReadOnlyInline):
     model = TriggerFire
-    extra = 0
     fields = ("fire_at", "session", "error", "created_at")
-    readonly_fields = fields
-    can_delete = False
     ordering = ("-fire_at",)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Trigger)

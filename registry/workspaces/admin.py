@@ -7,19 +7,15 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from registry.core.admin import ReadOnlyInline
 from registry.workspaces import services
 from registry.workspaces.models import ApiKey, OidcMembership, Workspace
 
 
-class ApiKeyInline(admin.TabularInline):  # type: ignore[type-arg]
+class ApiKeyInline(ReadOnlyInline):
     model = ApiKey
-    extra = 0
     fields = ("name", "display_prefix", "created_at", "last_used_at", "revoked_at")
     readonly_fields = ("display_prefix", "created_at", "last_used_at")
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Workspace)
