@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from gatewayproxy.adapters.base import Adapter
 from gatewayproxy.adapters.registry import adapter_class
 from gatewayproxy.config.loader import LoadedConfig
 from gatewayproxy.config.models import MODEL_KINDS, GatewayConfig
 from gatewayproxy.metrics import GatewayMetrics
-from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.identity import IdentityStage
+from gatewayproxy.pipeline.pricing import Pricer
 from gatewayproxy.pipeline.routing import Router
+from gatewayproxy.pipeline.stages import SharedParts, Stage, StageDeps, build_stages
 from gatewayproxy.server.upstream import UpstreamPool, fetcher
 from gatewayproxy.vaults.resolvers import VaultResolver, build_vault
-
-
-class Stage(Protocol):
-    """A governance stage (rate limits, spend, guardrails, authorizers, usage sinks) run in order.
-
-    `before_upstream` may raise a `GatewayError` to refuse the request; `after_response` sees the
-    finished context (status, usage). The core ships no stage; the governance issue adds them.
-    """
-
-    async def before_upstream(self, context: RequestContext) -> None:
-        """Admit or refuse the request."""
-        ...
-
-    def after_response(self, context: RequestContext) -> None:
-        """Account for the served request (must not block)."""
-        ...
 
 
 def served_models(config: GatewayConfig) -> list[str]:
@@ -56,6 +40,7 @@ class GatewayState:
     adapters: dict[str, Adapter]
     vaults: dict[str, VaultResolver]
     models: list[str]
+    pricer: Pricer
     stages: list[Stage] = field(default_factory=list)
 
     @property
@@ -63,25 +48,41 @@ class GatewayState:
         """The validated config."""
         return self.loaded.config
 
+    async def start(self) -> None:
+        """Start the stages' background work; the snapshot is about to serve."""
+        for stage in self.stages:
+            await stage.start()
 
-def build_state(loaded: LoadedConfig, pool: UpstreamPool) -> GatewayState:
+    async def close(self) -> None:
+        """Stop the stages' background work, flushing what they queued; the snapshot has retired."""
+        for stage in reversed(self.stages):
+            await stage.close()
+
+
+def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, metrics: GatewayMetrics) \
+        -> GatewayState:
     """Construct every part of a snapshot; raises on a config that cannot run."""
     config = loaded.config
     fetch = fetcher(pool)
     vaults = {vault.name: build_vault(vault, fetch) for vault in config.vaults}
     adapters = {name: adapter_class(destination.kind)(name, destination, vaults[destination.credentials.vault])
                 for name, destination in config.destinations.items() if destination.kind in MODEL_KINDS}
+    pricer = Pricer(config, fetch)
+    stages = build_stages(StageDeps(config=config, fetch=fetch, pool=pool, shared=shared, metrics=metrics,
+                                    pricer=pricer))
     return GatewayState(loaded=loaded, identity=IdentityStage(config.identity, config.spend, fetch),
                         router=Router(config.routes), adapters=adapters, vaults=vaults,
-                        models=served_models(config))
+                        models=served_models(config), pricer=pricer, stages=stages)
 
 
 @dataclass
 class Runtime:
-    """Process-wide parts that outlive snapshots: the upstream pool, the metrics, the current state."""
+    """Process-wide parts that outlive snapshots: the upstream pool, the metrics, the shared stage parts,
+    the current state."""
 
     state: GatewayState
     pool: UpstreamPool
     metrics: GatewayMetrics
+    shared: SharedParts
     ready: bool = False
     file_backed: bool = True

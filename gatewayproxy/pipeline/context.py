@@ -5,11 +5,14 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gatewayproxy.errors import Protocol
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline.identity import ANONYMOUS, Principal
+
+if TYPE_CHECKING:
+    from gatewayproxy.pipeline.routing import Plan
 
 
 class Operation(enum.Enum):
@@ -36,7 +39,11 @@ class Usage:
 
 @dataclass
 class RequestContext:
-    """Everything known about one data-plane request as it moves through the stages."""
+    """Everything known about one data-plane request as it moves through the stages.
+
+    `notes` is where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed
+    by the stage's name; `response_headers` are added to the response the client gets.
+    """
 
     request: Request
     operation: Operation
@@ -50,6 +57,11 @@ class RequestContext:
     usage: Usage | None = None
     status: int = 0
     upstream_seconds: float = 0.0
+    plan: Plan | None = None
+    cost_usd: float | None = None
+    output_text: str = ""
+    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model(self) -> str | None:

@@ -16,6 +16,7 @@ from gatewayproxy.config.loader import ConfigError, parse_text, validate_documen
 from gatewayproxy.config.redact import public_view
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.connection import Request
+from gatewayproxy.pipeline import policy, pricing, usage
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, error_response
 from gatewayproxy.plugins.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
 from gatewayproxy.server.protocol import Response
@@ -32,6 +33,19 @@ def _json(document: object, status: int = 200) -> Response:
 
 def _fail(code: ErrorCode, message: str) -> Response:
     return error_response(Protocol.VENDOR_A, GatewayError(code, message))
+
+
+def _query(request: Request) -> dict[str, str]:
+    """The query parameters of an admin request, the last value of each."""
+    return {key: values[-1] for key, values in parse_qs(request.query).items()}
+
+
+async def _answer(document: Awaitable[object]) -> Response:
+    """The JSON of a read that may refuse with a `GatewayError`."""
+    try:
+        return _json(await document)
+    except GatewayError as error:
+        return error_response(Protocol.VENDOR_A, error)
 
 
 def _read_token(path: str | None) -> str | None:
@@ -151,24 +165,10 @@ class AdminPlane:
         return _fail(ErrorCode.WASM_PLUGINS_DISABLED, "WASM plugins are disabled")
 
     async def _usage(self, request: Request) -> Response:
-        return _fail(ErrorCode.USAGE_QUERY_UNAVAILABLE, "no queryable relational usage sink is configured")
+        return await _answer(usage.query_usage(self.runtime.state, _query(request)))
 
     async def _guardrails(self, request: Request) -> Response:
-        if self.runtime.state.config.guardrails_policy.mode == "off":
-            return _fail(ErrorCode.GUARDRAILS_UNAVAILABLE, "policy guardrails are off")
-        return _fail(ErrorCode.NOT_FOUND, "no policy bundle is cached for that session")
+        return await _answer(policy.effective_bundle(self.runtime.state, _query(request)))
 
     async def _pricing(self, request: Request) -> Response:
-        config = self.runtime.state.config
-        if config.plugins.cost_model is None:
-            return _fail(ErrorCode.PRICING_UNAVAILABLE, "no cost model is configured")
-        query = {key: values[-1] for key, values in parse_qs(request.query).items()}
-        provider, model = query.get("provider"), query.get("model")
-        if not provider or not model:
-            return _fail(ErrorCode.INVALID_REQUEST, "`provider` and `model` are required")
-        for name, destination in config.destinations.items():
-            if query.get("destination", name) != name or destination.kind != provider or destination.pricing is None:
-                continue
-            pricing = destination.pricing.model_dump(exclude_none=True)
-            return _json({"provider": provider, "model": model, "destination": name, "pricing": pricing})
-        return _fail(ErrorCode.NOT_FOUND, f"no price for {provider}/{model}")
+        return await _answer(pricing.resolve_price(self.runtime.state, _query(request)))

@@ -14,6 +14,7 @@ from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline.context import Operation, RequestContext
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Finish, error_response
+from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp import DEPRECATED_PATH as DEPRECATED_MCP_PATH
 from gatewayproxy.planes.mcp import McpProxy, jsonrpc_id
 from gatewayproxy.planes.mcp_sse import SSE_PATH, SseBridge
@@ -102,6 +103,8 @@ class DataPlane:
         except Exception:
             logger.exception("request %s failed", request.request_id)
             response = self._error(context.protocol, GatewayError(ErrorCode.INTERNAL_ERROR, "internal error"), request)
+        if context.response_headers:
+            response.headers = [*response.headers, *context.response_headers]
         if response.stream is None:
             context.status = response.status
             self.finish(context)
@@ -111,14 +114,14 @@ class DataPlane:
         state = self.runtime.state
         context.principal = await state.identity.authenticate(context.request.headers)
         context.body = parse_body(context.request)
-        for stage in state.stages:
-            await stage.before_upstream(context)
         route = state.router.match(context)
         if route is None:
             raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves model {context.model!r} on "
                                                    f"{context.request.path}")
         context.route = route.name
-        return await Dispatch(self.runtime, context, route.plan(context), finish).run()
+        context.plan = plan = route.plan(context)
+        await admit(state.stages, context)
+        return await Dispatch(self.runtime, context, plan, finish).run()
 
     def finish(self, context: RequestContext) -> None:
         """Account for a served request once its last byte is known."""
@@ -132,8 +135,13 @@ class DataPlane:
         if context.usage is not None and context.destination is not None:
             metrics.child(metrics.tokens, context.destination, "input").inc(context.usage.input_tokens)
             metrics.child(metrics.tokens, context.destination, "output").inc(context.usage.output_tokens)
-        for stage in self.runtime.state.stages:
-            stage.after_response(context)
+        state = self.runtime.state
+        context.cost_usd = state.pricer.cost(context.destination, context.model, context.usage)
+        for stage in state.stages:
+            try:
+                stage.settle(context)
+            except Exception:
+                logger.exception("stage %s failed to settle request %s", stage.name, context.request.request_id)
 
     def _error(self, protocol: Protocol, error: GatewayError, request: Request | None = None) -> Response:
         metrics = self.runtime.metrics

@@ -20,6 +20,7 @@ import orjson
 from gatewayproxy.config.models import Destination
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.context import RequestContext
+from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.passthrough import call_once, picked_headers, relayed_headers, resolve_secret, streamed
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import Origin, UpstreamResponse
@@ -99,6 +100,7 @@ class McpProxy:
         session_id = request.headers.get(SESSION_HEADER)
         owner = self.sessions.owner(session_id, context.principal.id) if session_id else None
         name, destination = self.destination(context, owner)
+        await admit(self.runtime.state.stages, context)
         headers = picked_headers(request.headers, FORWARDED)
         upstream = await self.call(context, destination, request.method.encode(), headers, request.body, request.query)
         self._track_session(request.method, session_id, upstream, SessionOwner(context.principal.id, name))

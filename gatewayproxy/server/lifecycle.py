@@ -16,6 +16,7 @@ import uvloop
 from gatewayproxy.config.loader import LoadedConfig
 from gatewayproxy.http.connection import HttpLimits
 from gatewayproxy.metrics import GatewayMetrics
+from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.planes.admin import AdminPlane
 from gatewayproxy.planes.data import DataPlane
 from gatewayproxy.server.protocol import ConnectionTracker, Handler, HttpProtocol, Timeouts
@@ -59,9 +60,11 @@ class Gateway:
 
     async def start(self) -> None:
         """Construct the state and bind both listeners; readiness turns on last."""
-        pool = UpstreamPool()
-        runtime = Runtime(state=build_state(self.loaded, pool), pool=pool, metrics=GatewayMetrics())
+        pool, shared, metrics = UpstreamPool(), SharedParts(), GatewayMetrics()
+        runtime = Runtime(state=build_state(self.loaded, pool, shared, metrics), pool=pool, metrics=metrics,
+                          shared=shared)
         self.runtime = runtime
+        await runtime.state.start()
         server = self.loaded.config.server
         self.data = await self._listen(server.listen, DataPlane(runtime))
         self.admin = await self._listen(server.admin_listen, AdminPlane(runtime))
@@ -109,6 +112,7 @@ class Gateway:
             for connection in list(listener.tracker.connections):
                 connection.abort()
         if self.runtime is not None:
+            await self.runtime.state.close()
             self.runtime.pool.close()
         logger.info("gateway stopped (pid %d)", os.getpid())
 

@@ -1,0 +1,10 @@
+"""Payload guardrails (`plugins.guardrails`): input and output content checks."""
+
+from __future__ import annotations
+
+from gatewayproxy.pipeline.stages import Stage, StageDeps
+
+
+def build(deps: StageDeps) -> list[Stage]:
+    """This family's stages for a snapshot (none until it is built)."""
+    return []
