@@ -13,6 +13,7 @@ from gatewayproxy.pipeline.identity import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
     from gatewayproxy.pipeline.routing import Plan
+    from gatewayproxy.state import GatewayState
 
 
 class Operation(enum.Enum):
@@ -41,13 +42,15 @@ class Usage:
 class RequestContext:
     """Everything known about one data-plane request as it moves through the stages.
 
-    `notes` is where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed
+    `state` is the config snapshot the request started on; it finishes on it, whatever is swapped in
+    meanwhile. `notes` is where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed
     by the stage's name; `response_headers` are added to the response the client gets.
     """
 
     request: Request
     operation: Operation
     protocol: Protocol
+    state: GatewayState
     body: dict[str, Any] = field(default_factory=dict)
     principal: Principal = ANONYMOUS
     started: float = field(default_factory=time.perf_counter)

@@ -138,7 +138,7 @@ class Dispatch:
         self.metrics = runtime.metrics
 
     def _candidates(self) -> list[tuple[Any, Adapter]]:
-        adapters = self.runtime.state.adapters
+        adapters = self.context.state.adapters
         candidates = []
         for target in self.plan.targets:
             adapter = adapters.get(target.destination)
@@ -181,7 +181,7 @@ class Dispatch:
         context = self.context
         context.attempts += 1
         context.destination = adapter.name
-        body = native_body(context, adapter, self.runtime.state.config.spend.admission.default_max_output_tokens)
+        body = native_body(context, adapter, context.state.config.spend.admission.default_max_output_tokens)
         body["model"] = adapter.upstream_model(body.get("model"))
         body = shape_params(body, target)
         started = time.perf_counter()

@@ -90,7 +90,7 @@ class DataPlane:
             return self._error(endpoint.protocol,
                                GatewayError(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here"))
         return await self._run(RequestContext(request=request, operation=endpoint.operation,
-                                              protocol=endpoint.protocol), self._serve)
+                                              protocol=endpoint.protocol, state=self.runtime.state), self._serve)
 
     async def _run(self, context: RequestContext, serve: Serve) -> Response:
         """Serve a request, answering any failure in the protocol of its path, and account for it."""
@@ -111,7 +111,7 @@ class DataPlane:
         return response
 
     async def _serve(self, context: RequestContext, finish: Finish) -> Response:
-        state = self.runtime.state
+        state = context.state
         context.principal = await state.identity.authenticate(context.request.headers)
         context.body = parse_body(context.request)
         route = state.router.match(context)
@@ -135,7 +135,7 @@ class DataPlane:
         if context.usage is not None and context.destination is not None:
             metrics.child(metrics.tokens, context.destination, "input").inc(context.usage.input_tokens)
             metrics.child(metrics.tokens, context.destination, "output").inc(context.usage.output_tokens)
-        state = self.runtime.state
+        state = context.state
         context.cost_usd = state.pricer.cost(context.destination, context.model, context.usage)
         for stage in state.stages:
             try:
@@ -161,13 +161,15 @@ class DataPlane:
         if request.path in MCP_PATHS:
             return await self._mcp_request(request)
         if request.path.startswith(NATIVE_PREFIX):
-            context = RequestContext(request=request, operation=Operation.NATIVE, protocol=Protocol.VENDOR_A)
+            context = RequestContext(request=request, operation=Operation.NATIVE, protocol=Protocol.VENDOR_A,
+                                     state=self.runtime.state)
             return await self._run(context, self.native.serve)
         return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_FOUND, f"no endpoint {request.path}"))
 
     async def _mcp_request(self, request: Request) -> Response:
         """MCP traffic; the deprecated `/mcp` alias says so in a `Deprecation` header."""
-        context = RequestContext(request=request, operation=Operation.MCP, protocol=Protocol.JSONRPC)
+        context = RequestContext(request=request, operation=Operation.MCP, protocol=Protocol.JSONRPC,
+                                 state=self.runtime.state)
         serve = self.mcp_sse.serve if request.path == SSE_PATH else self.mcp.serve
         response = await self._run(context, serve)
         if request.path == DEPRECATED_MCP_PATH:

@@ -96,11 +96,11 @@ class McpProxy:
         request = context.request
         if request.method not in METHODS:
             raise GatewayError(ErrorCode.METHOD_NOT_ALLOWED, f"MCP accepts {', '.join(METHODS)}")
-        context.principal = await self.runtime.state.identity.authenticate(request.headers)
+        context.principal = await context.state.identity.authenticate(request.headers)
         session_id = request.headers.get(SESSION_HEADER)
         owner = self.sessions.owner(session_id, context.principal.id) if session_id else None
         name, destination = self.destination(context, owner)
-        await admit(self.runtime.state.stages, context)
+        await admit(context.state.stages, context)
         headers = picked_headers(request.headers, FORWARDED)
         upstream = await self.call(context, destination, request.method.encode(), headers, request.body, request.query)
         self._track_session(request.method, session_id, upstream, SessionOwner(context.principal.id, name))
@@ -109,11 +109,11 @@ class McpProxy:
     def destination(self, context: RequestContext, owner: SessionOwner | None) -> tuple[str, Destination]:
         """The `mcp` destination of the route matching `/v1/mcp` (the session's own one when it has one)."""
         canonical = dataclasses.replace(context, request=dataclasses.replace(context.request, path=MCP_PATH))
-        route = self.runtime.state.router.match(canonical)
+        route = context.state.router.match(canonical)
         if route is None:
             raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves {MCP_PATH}")
         context.route = route.name
-        destinations = self.runtime.state.config.destinations
+        destinations = context.state.config.destinations
         names = [
             target.destination
             for target in route.plan(canonical).targets
@@ -141,10 +141,10 @@ class McpProxy:
         """One upstream request with the destination's credential; an upstream refusing it is a 502."""
         origin = Origin.parse(destination.base_url or destination.url or "")
         target = ((origin.base_path or "/") + (f"?{query}" if query else "")).encode()
-        vault = self.runtime.state.vaults[destination.credentials.vault]
+        vault = context.state.vaults[destination.credentials.vault]
         secret = await resolve_secret(vault, destination.credential_id, context.scope)
         headers = [*headers, (b"authorization", b"Bearer " + secret.token.encode())]
-        timeout = self.runtime.state.config.server.request_timeout_ms / 1000
+        timeout = context.state.config.server.request_timeout_ms / 1000
         upstream = await call_once(self.runtime.pool, origin, method, target, headers, body, timeout, context)
         if upstream.status in (401, 403):
             await upstream.read()

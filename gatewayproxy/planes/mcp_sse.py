@@ -66,7 +66,7 @@ class SseBridge:
         method = context.request.method
         if method not in ("GET", "POST"):
             raise GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "MCP over SSE accepts GET and POST")
-        context.principal = await self.proxy.runtime.state.identity.authenticate(context.request.headers)
+        context.principal = await context.state.identity.authenticate(context.request.headers)
         if method == "GET":
             return self._open(context, finish)
         return await self._deliver(context)
@@ -98,7 +98,7 @@ class SseBridge:
 
     async def _deliver(self, context: RequestContext) -> Response:
         session = self._session(context)
-        destination = self.proxy.runtime.state.config.destinations.get(session.owner.destination)
+        destination = context.state.config.destinations.get(session.owner.destination)
         if destination is None:
             raise GatewayError(ErrorCode.NO_ROUTE, f"destination {session.owner.destination!r} is gone")
         context.destination = session.owner.destination

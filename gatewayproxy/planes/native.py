@@ -7,7 +7,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from gatewayproxy.config.auth import AuthPlacement
-from gatewayproxy.config.models import Destination
+from gatewayproxy.config.models import Destination, GatewayConfig
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.stages import admit
@@ -47,9 +47,9 @@ class NativeProxy:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    def destination(self, provider: str) -> tuple[str, Destination]:
+    @staticmethod
+    def destination(config: GatewayConfig, provider: str) -> tuple[str, Destination]:
         """The one destination configured for `provider` (boot refuses two)."""
-        config = self.runtime.state.config
         found = [
             (name, destination)
             for name, destination in config.destinations.items()
@@ -65,20 +65,20 @@ class NativeProxy:
         if request.method != "POST":
             raise GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "the native API-key proxy accepts POST")
         provider, path = split_proxy_path(request.path)
-        context.principal = await self.runtime.state.identity.authenticate(request.headers)
-        name, destination = self.destination(provider)
+        context.principal = await context.state.identity.authenticate(request.headers)
+        name, destination = self.destination(context.state.config, provider)
         context.route = context.destination = name
         if _is_traversal(path) or path not in (destination.allowed_paths or []):
             raise GatewayError(ErrorCode.PATH_NOT_ALLOWED, f"{path} is not an allowed path of provider {provider!r}")
-        await admit(self.runtime.state.stages, context)
+        await admit(context.state.stages, context)
         origin = Origin.parse(destination.base_url or "")
         query = allowed_query(request.query, destination.allowed_query_params or [])
         target = (origin.base_path + path + (f"?{query}" if query else "")).encode()
         secret = await resolve_secret(
-            self.runtime.state.vaults[destination.credentials.vault], destination.credential_id, context.scope
+            context.state.vaults[destination.credentials.vault], destination.credential_id, context.scope
         )
         headers = self._headers(context, destination, secret.token)
-        timeout = self.runtime.state.config.server.request_timeout_ms / 1000
+        timeout = context.state.config.server.request_timeout_ms / 1000
         upstream = await call_once(self.runtime.pool, origin, b"POST", target, headers, request.body, timeout, context)
         return streamed(upstream, relayed_headers(upstream), context, finish)
 

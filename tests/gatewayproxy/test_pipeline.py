@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -19,12 +19,19 @@ from gatewayproxy.pipeline.identity import IdentityStage, Principal, bearer_toke
 from gatewayproxy.pipeline.routing import Router, compile_glob, shape_params, weighted_order
 from gatewayproxy.vaults.resolvers import EnvVault, HttpVault, Secret, StaticFileVault, VaultError, env_name
 
+if TYPE_CHECKING:
+    from gatewayproxy.state import GatewayState
+
+
+# The routing and identity stages under test never read the snapshot.
+NO_SNAPSHOT = cast("GatewayState", None)
+
 
 def context(model: str = "m", path: str = "/v1/chat/completions", headers: dict[str, str] | None = None,
             scope: dict[str, str] | None = None) -> RequestContext:
     request = Request(method="POST", path=path, query="", headers=headers or {}, body=b"")
     return RequestContext(request=request, operation=Operation.CHAT, protocol=Protocol.VENDOR_A,
-                          body={"model": model}, principal=Principal("p", scope or {}))
+                          state=NO_SNAPSHOT, body={"model": model}, principal=Principal("p", scope or {}))
 
 
 def router(*routes: dict[str, Any]) -> Router:
