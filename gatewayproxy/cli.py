@@ -1,16 +1,21 @@
-"""The lean serving entry point, `python -m gatewayproxy --config FILE [--workers N]`: validates the config
-and serves it without loading Django, so each worker carries only the gateway (manage.py rungateway execs
-this after its own validation)."""
+"""The lean serving entry point, `python -m gatewayproxy --config FILE | --database [--workers N]`.
+
+With `--config` it validates the file and serves it without loading Django, so each worker carries only the
+gateway. With `--database` it sets Django up for the ORM (the config rows of `gatewayproxy.store`), reads and
+validates the stored config before forking, and each worker reloads it off its event loop. `manage.py
+rungateway` execs this after its own validation.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, load_config_file
-from gatewayproxy.server.lifecycle import run_workers
+from gatewayproxy.server.lifecycle import Gateway, MakeGateway, run_workers
 
 
 def load_and_check(path: str) -> None:
@@ -20,22 +25,56 @@ def load_and_check(path: str) -> None:
         raise ConfigError(problems)
 
 
+def check_stored_config() -> None:
+    """Raise `ConfigError` unless the stored config passes validation; leaves no database connection (or
+    connection pool, with its threads) open, so forked workers never share one."""
+    from django.db import connections
+
+    from gatewayproxy.store.source import read_validated
+
+    try:
+        read_validated()
+    finally:
+        for connection in connections.all(initialized_only=True):
+            connection.close()
+            close_pool = getattr(connection, "close_pool", None)  # PostgreSQL with a pool configured
+            if close_pool is not None:
+                close_pool()
+
+
+def _file_gateways(path: str) -> MakeGateway:
+    loaded = load_config_file(path)
+    problems = live_problems(loaded.config)
+    if problems:
+        raise ConfigError(problems)
+    return lambda reuse_port: Gateway(loaded, reuse_port=reuse_port)
+
+
+def _database_gateways() -> MakeGateway:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
+    import django
+
+    django.setup()
+    from gatewayproxy.store.source import DatabaseConfig
+
+    check_stored_config()
+    return lambda reuse_port: Gateway(database=DatabaseConfig(), reuse_port=reuse_port)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, validate, serve until SIGTERM; the exit status is the worst worker's."""
     parser = argparse.ArgumentParser(prog="python -m gatewayproxy", description=__doc__)
-    parser.add_argument("--config", required=True, help="path of the gateway YAML config")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="path of the gateway YAML config")
+    source.add_argument("--database", action="store_true", help="serve the config stored in the database")
     parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the ports")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     try:
-        loaded = load_config_file(args.config)
-        problems = live_problems(loaded.config)
+        make_gateway = _database_gateways() if args.database else _file_gateways(args.config)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
-    if problems:
-        print(ConfigError(problems), file=sys.stderr)
-        return 2
-    return run_workers(loaded, args.workers)
+    return run_workers(make_gateway, args.workers)

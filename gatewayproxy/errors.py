@@ -11,6 +11,9 @@ class ErrorCode(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
+    POLICY_GUARDRAIL_DENIED = "policy_guardrail_denied"
+    GUARDRAIL_BLOCKED_INPUT = "guardrail_blocked_input"
+    GUARDRAIL_BLOCKED_OUTPUT = "guardrail_blocked_output"
     NOT_FOUND = "not_found"
     NO_ROUTE = "no_route"
     PATH_NOT_ALLOWED = "path_not_allowed"
@@ -20,6 +23,8 @@ class ErrorCode(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     HEADERS_TOO_LARGE = "headers_too_large"
     RATE_LIMITED = "rate_limited"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    UNPRICED_MODEL = "unpriced_model"
     UPSTREAM_RATE_LIMITED = "upstream_rate_limited"
     NOT_IMPLEMENTED = "not_implemented"
     UPSTREAM_ERROR = "upstream_error"
@@ -30,12 +35,16 @@ class ErrorCode(enum.StrEnum):
     GUARDRAILS_UNAVAILABLE = "guardrails_unavailable"
     PRICING_UNAVAILABLE = "pricing_unavailable"
     WASM_PLUGINS_DISABLED = "wasm_plugins_disabled"
+    AUDIT_UNAVAILABLE = "audit_unavailable"
 
 
 STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.FORBIDDEN: 403,
+    ErrorCode.POLICY_GUARDRAIL_DENIED: 403,
+    ErrorCode.GUARDRAIL_BLOCKED_INPUT: 400,
+    ErrorCode.GUARDRAIL_BLOCKED_OUTPUT: 400,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.NO_ROUTE: 404,
     ErrorCode.PATH_NOT_ALLOWED: 404,
@@ -45,6 +54,8 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
     ErrorCode.HEADERS_TOO_LARGE: 431,
     ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.BUDGET_EXCEEDED: 429,
+    ErrorCode.UNPRICED_MODEL: 403,
     ErrorCode.UPSTREAM_RATE_LIMITED: 429,
     ErrorCode.NOT_IMPLEMENTED: 501,
     ErrorCode.UPSTREAM_ERROR: 502,
@@ -55,6 +66,7 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.GUARDRAILS_UNAVAILABLE: 503,
     ErrorCode.PRICING_UNAVAILABLE: 503,
     ErrorCode.WASM_PLUGINS_DISABLED: 503,
+    ErrorCode.AUDIT_UNAVAILABLE: 503,
 }
 
 # Vendor A clients branch on `type`; these are the values its API uses for each status family.

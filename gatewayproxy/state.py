@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass, field
 
 from gatewayproxy.adapters.base import Adapter
@@ -42,11 +44,17 @@ class GatewayState:
     models: list[str]
     pricer: Pricer
     stages: list[Stage] = field(default_factory=list)
+    in_flight: int = 0  # requests started on this snapshot and not finished; it retires when this reaches 0
 
     @property
     def config(self) -> GatewayConfig:
         """The validated config."""
         return self.loaded.config
+
+    @functools.cached_property
+    def output_inspectors(self) -> list[Stage]:
+        """The stages that look at response text; with none, responses are relayed without extracting any."""
+        return [stage for stage in self.stages if type(stage).inspect_output is not Stage.inspect_output]
 
     async def start(self) -> None:
         """Start the stages' background work; the snapshot is about to serve."""
@@ -68,8 +76,9 @@ def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, m
     adapters = {name: adapter_class(destination.kind)(name, destination, vaults[destination.credentials.vault])
                 for name, destination in config.destinations.items() if destination.kind in MODEL_KINDS}
     pricer = Pricer(config, fetch)
+    base_dir = os.path.dirname(os.path.abspath(loaded.source)) if loaded.source else None
     stages = build_stages(StageDeps(config=config, fetch=fetch, pool=pool, shared=shared, metrics=metrics,
-                                    pricer=pricer))
+                                    pricer=pricer, base_dir=base_dir))
     return GatewayState(loaded=loaded, identity=IdentityStage(config.identity, config.spend, fetch),
                         router=Router(config.routes), adapters=adapters, vaults=vaults,
                         models=served_models(config), pricer=pricer, stages=stages)

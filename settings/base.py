@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "registry.internal",
     "registry.discovery",
     "gatewayproxy",
+    "gatewayproxy.store",
 ]
 
 MIDDLEWARE = [

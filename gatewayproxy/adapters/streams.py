@@ -32,7 +32,11 @@ def error_frame(protocol: Protocol, message: str, code: str = ErrorCode.UPSTREAM
 
 
 class StreamTranslator:
-    """Base of the per-pair translators: `feed` each upstream event, then `finish` or `fail`."""
+    """Base of the per-pair translators: `feed` each upstream event, then `finish` or `fail`.
+
+    With `collect_text` set (some stage inspects output), the text deltas fed so far are kept for `take_text`;
+    otherwise content events pass without being parsed for it.
+    """
 
     client_protocol = Protocol.VENDOR_A
 
@@ -40,6 +44,17 @@ class StreamTranslator:
         self.usage: Usage | None = None
         self.completed = False
         self.failed = False
+        self.collect_text = False
+        self._text: list[str] = []
+
+    def take_text(self) -> str:
+        """The text deltas collected since the last call."""
+        text, self._text = "".join(self._text), []
+        return text
+
+    def _collect(self, text: Any) -> None:
+        if self.collect_text and isinstance(text, str) and text:
+            self._text.append(text)
 
     def feed(self, event: SseEvent) -> list[bytes]:
         """Client frames for one upstream event."""
@@ -76,11 +91,14 @@ class ChatPassthrough(StreamTranslator):
             self.completed = True
             return [DONE]
         if '"usage"' not in event.data and '"error"' not in event.data:
-            # Content chunks pass through without being parsed.
+            # Content chunks pass through without being parsed (unless their text is collected).
+            if self.collect_text:
+                self._collect_chunk(_json(event))
             return [encode_event(event.data.encode())]
         chunk = _json(event)
         if not isinstance(chunk, dict):
             return []
+        self._collect_chunk(chunk)
         if chunk.get("error"):
             self.failed = True
         elif chunk.get("usage"):
@@ -91,6 +109,10 @@ class ChatPassthrough(StreamTranslator):
                 chunk.pop("usage")
                 return [encode_event(orjson.dumps(chunk))]
         return [encode_event(event.data.encode())]
+
+    def _collect_chunk(self, chunk: Any) -> None:
+        for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
+            self._collect((choice.get("delta") or {}).get("content"))
 
 
 class MessagesPassthrough(StreamTranslator):
@@ -106,10 +128,13 @@ class MessagesPassthrough(StreamTranslator):
     ACCOUNTED = frozenset({"message_start", "message_delta", "message_stop", "error", ""})
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        parsed = _json(event) if event.event in self.ACCOUNTED else None
+        wanted = event.event in self.ACCOUNTED or (self.collect_text and event.event == "content_block_delta")
+        parsed = _json(event) if wanted else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
-        if kind == "message_start":
+        if kind == "content_block_delta":
+            self._collect((payload.get("delta") or {}).get("text"))
+        elif kind == "message_start":
             self._usage.update(payload.get("message", {}).get("usage") or {})
         elif kind == "message_delta":
             self._usage.update({k: v for k, v in (payload.get("usage") or {}).items() if v is not None})
@@ -125,13 +150,17 @@ class ResponsesPassthrough(StreamTranslator):
     """Responses-API events to their client, accounting usage from the terminal event."""
 
     TERMINAL = ("response.completed", "response.failed", "response.incomplete")
+    TEXT_DELTA = "response.output_text.delta"
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        parse = event.event in self.TERMINAL or event.event in ("error", "")
+        parse = event.event in self.TERMINAL or event.event in ("error", "") or (
+            self.collect_text and event.event == self.TEXT_DELTA)
         parsed = _json(event) if parse else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
-        if kind in self.TERMINAL:
+        if kind == self.TEXT_DELTA:
+            self._collect(payload.get("delta"))
+        elif kind in self.TERMINAL:
             self.completed = True
             self.usage = responses_usage((payload.get("response") or {}).get("usage"))
         elif kind == "error":
@@ -191,6 +220,7 @@ class MessagesToChat(StreamTranslator):
     def _on_content_block_delta(self, payload: dict) -> list[bytes]:
         delta = payload.get("delta") or {}
         if delta.get("type") == "text_delta":
+            self._collect(delta.get("text"))
             return [self._chunk({"content": delta.get("text", "")})]
         if delta.get("type") == "input_json_delta":
             call = {"index": self._tool_index, "function": {"arguments": delta.get("partial_json", "")}}
@@ -280,6 +310,7 @@ class ChatToMessages(StreamTranslator):
         frames: list[bytes] = []
         text = delta.get("content")
         if text:
+            self._collect(text)
             if self._open_block is None or self._open_block in self._tool_blocks.values():
                 frames += self._open({"type": "text", "text": ""})
             frames.append(self._event("content_block_delta", {"index": self._open_block,

@@ -74,10 +74,14 @@ def _guardrail_problems(config: GatewayConfig) -> Iterator[str]:
 
 
 def _pricing_problems(config: GatewayConfig) -> Iterator[str]:
+    """A spend budget needs a way to price requests: destination pricing or a cost model."""
     priced = any(destination.pricing is not None for destination in config.destinations.values())
+    if priced or config.plugins.cost_model is not None:
+        return
     for index, limit in enumerate(config.rate_limits):
-        if limit.budget_usd_per_month is not None and not priced and config.plugins.cost_model is None:
-            yield f"rate_limits[{index}].budget_usd_per_month: needs destination pricing or plugins.cost_model"
+        for field in ("budget_usd_per_month", "budget_usd_per_day"):
+            if getattr(limit, field) is not None:
+                yield f"rate_limits[{index}].{field}: needs destination pricing or plugins.cost_model"
 
 
 def _native_problems(config: GatewayConfig) -> Iterator[str]:

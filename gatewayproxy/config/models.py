@@ -145,6 +145,7 @@ class DestinationResolver(Strict):
     url_template: str
     bearer_token_file: FilePath | None = None
     timeout_ms: PositiveInt = 5000
+    cache_ttl_secs: PositiveInt = 60
 
 
 MODEL_KINDS = ("vendor_a", "vendor_b", "cloud_vendor_c", "vendor_a_compatible", "vendor_d", "vendor_e")

@@ -44,7 +44,8 @@ class RequestContext:
 
     `state` is the config snapshot the request started on; it finishes on it, whatever is swapped in
     meanwhile. `notes` is where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed
-    by the stage's name; `response_headers` are added to the response the client gets.
+    by the stage's name; `response_headers` are added to the response the client gets. `error_code` is the code
+    of an error the gateway answered itself; `refused_by` names the stage whose `admit` refused the request.
     """
 
     request: Request
@@ -63,8 +64,11 @@ class RequestContext:
     plan: Plan | None = None
     cost_usd: float | None = None
     output_text: str = ""
+    output_complete: bool = False  # `output_text` holds the whole response (last `inspect_output` call)
     response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+    error_code: str | None = None
+    refused_by: str | None = None
 
     @property
     def model(self) -> str | None:

@@ -103,6 +103,17 @@ def _usage_of(operation: Operation, shape: Shape, document: dict[str, Any]) -> U
     return chat_usage(document.get("usage"))
 
 
+def response_text(shape: Shape, document: Any) -> str:
+    """The text content of a chat or messages response document (tool calls aside)."""
+    if not isinstance(document, dict):
+        return ""
+    if shape is Shape.MESSAGES:
+        return "".join(block.get("text") or "" for block in document.get("content") or []
+                       if isinstance(block, dict) and block.get("type") == "text")
+    return "".join((choice.get("message") or {}).get("content") or "" for choice in document.get("choices") or []
+                   if isinstance(choice, dict))
+
+
 def _translated_success(context: RequestContext, adapter: Adapter, body: bytes) -> bytes:
     document = orjson.loads(body)
     context.usage = _usage_of(context.operation, adapter.shape, document)
@@ -128,14 +139,17 @@ def _client_error(context: RequestContext, adapter: Adapter, status: int, body: 
 
 
 class Dispatch:
-    """One request's walk through its plan."""
+    """One request's walk through its plan; `governed=False` (a guardrail's own model call) skips the output
+    inspectors, so a check never inspects itself."""
 
-    def __init__(self, runtime: Runtime, context: RequestContext, plan: Plan, finish: Finish) -> None:
+    def __init__(self, runtime: Runtime, context: RequestContext, plan: Plan, finish: Finish,
+                 governed: bool = True) -> None:
         self.runtime = runtime
         self.context = context
         self.plan = plan
         self.finish = finish
         self.metrics = runtime.metrics
+        self.inspectors = context.state.output_inspectors if governed else []
 
     def _candidates(self) -> list[tuple[Any, Adapter]]:
         adapters = self.context.state.adapters
@@ -159,6 +173,8 @@ class Dispatch:
                 self.metrics.child(self.metrics.fallbacks, self.plan.route).inc()
             outcome = await self._try_target(target, adapter)
             if isinstance(outcome, Response):
+                if self.inspectors and outcome.stream is None and outcome.status == 200:
+                    await self._inspect(self.context.output_text, complete=True)
                 return outcome
             failure = outcome
         raise _final_error(failure)
@@ -204,7 +220,10 @@ class Dispatch:
             return await self._start_stream(adapter, upstream)
         body = await upstream.read()
         if 200 <= status < 300:
-            return Response(status, JSON_CONTENT, _translated_success(self.context, adapter, body))
+            translated = _translated_success(self.context, adapter, body)
+            if self.inspectors and self.context.operation in (Operation.CHAT, Operation.MESSAGES):
+                self.context.output_text = response_text(adapter.shape, orjson.loads(body))
+            return Response(status, JSON_CONTENT, translated)
         if status == 429:
             return Failure("429", f"destination {adapter.name!r} is rate limited", upstream.header(b"retry-after"))
         if status >= 500:
@@ -214,6 +233,7 @@ class Dispatch:
     async def _start_stream(self, adapter: Adapter, upstream: UpstreamResponse) -> Response | Failure:
         decoder = adapter.stream_decoder()
         translator = stream_translator(self.context, adapter)
+        translator.collect_text = bool(self.inspectors)
         chunks = upstream.chunks()
         frames: list[bytes] = []
         try:
@@ -235,23 +255,41 @@ class Dispatch:
     async def _relay(self, first: list[bytes], chunks: AsyncIterator[bytes], decoder: StreamDecoder,
                      translator: streams.StreamTranslator, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
         context = self.context
+        blocked: GatewayError | None = None
         try:
             try:
-                yield b"".join(first)
+                yield await self._released(first, translator)
                 async for chunk in chunks:
                     frames = [frame for event in decoder.feed(chunk) for frame in translator.feed(event)]
                     if frames:
-                        yield b"".join(frames)
+                        yield await self._released(frames, translator)
                 tail = translator.finish()
             except (UpstreamError, OSError, ValueError) as error:
                 tail = translator.fail(f"the upstream stream broke: {error}")
+            except GatewayError as error:
+                blocked = error
+                tail = translator.fail(error.message, error.code.value)
             if tail:
                 yield b"".join(tail)
         finally:
             upstream.release()
             context.usage = translator.usage
-            context.status = 502 if translator.failed else 200
+            context.status = blocked.status if blocked else 502 if translator.failed else 200
             self.finish(context)
+
+    async def _released(self, frames: list[bytes], translator: streams.StreamTranslator) -> bytes:
+        """A batch of frames, once the output inspectors have seen its text (they raise to block it)."""
+        if self.inspectors:
+            text = translator.take_text()
+            if text or translator.completed:
+                self.context.output_text += text
+                await self._inspect(text, complete=translator.completed)
+        return b"".join(frames)
+
+    async def _inspect(self, text: str, complete: bool) -> None:
+        self.context.output_complete = complete
+        for stage in self.inspectors:
+            await stage.inspect_output(self.context, text)
 
 
 def _final_error(failure: Failure) -> GatewayError:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gatewayproxy.errors import GatewayError
+
 if TYPE_CHECKING:
     from gatewayproxy.config.models import GatewayConfig
     from gatewayproxy.metrics import GatewayMetrics
@@ -50,7 +52,11 @@ class Stage:
 async def admit(stages: list[Stage], context: RequestContext) -> None:
     """Run every stage's admission in order; the first refusal wins."""
     for stage in stages:
-        await stage.admit(context)
+        try:
+            await stage.admit(context)
+        except GatewayError:
+            context.refused_by = stage.name
+            raise
 
 
 class SharedParts:
@@ -81,6 +87,7 @@ class StageDeps:
     shared: SharedParts
     metrics: GatewayMetrics
     pricer: Pricer
+    base_dir: str | None = None  # the config file's directory: plugin options' relative paths start there
 
 
 def build_stages(deps: StageDeps) -> list[Stage]:

@@ -1,19 +1,23 @@
-"""The admin plane: health, readiness, metrics and the read side of the config API; no pipeline runs here.
+"""The admin plane: health, readiness, metrics and the config API; no pipeline runs here.
 
-A file-backed gateway is read-only: resource writes answer 409 `config_read_only`.
+A file-backed gateway is read-only: resource writes answer 409 `config_read_only`. A database-backed one
+takes PUT/DELETE on its resources through a `ConfigWriter`, which validates the whole resulting document,
+commits and swaps the snapshot; an invalid write is 400 with every problem and changes nothing.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
-from urllib.parse import parse_qs
+from typing import Any
+from typing import Protocol as Interface
+from urllib.parse import parse_qs, unquote
 
 import orjson
 
 from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, parse_text, validate_document
-from gatewayproxy.config.redact import public_view
+from gatewayproxy.config.redact import public_view, redact
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline import policy, pricing, usage
@@ -21,8 +25,11 @@ from gatewayproxy.pipeline.dispatch import JSON_CONTENT, error_response
 from gatewayproxy.plugins.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.state import Runtime
+from gatewayproxy.store.document import EntryKey, EntryMissing, plugin_slots_named
 
-WRITABLE_COLLECTIONS = ("destinations", "routes", "rate_limits", "vaults", "config/plugins")
+# Admin path segment -> document collection.
+WRITABLE_COLLECTIONS = {"destinations": "destinations", "routes": "routes", "rate_limits": "rate_limits",
+                        "vaults": "vaults", "config/plugins": "plugins"}
 METRICS_CONTENT = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
 Route = Callable[[Request], Awaitable[Response]]
 
@@ -48,6 +55,26 @@ async def _answer(document: Awaitable[object]) -> Response:
         return error_response(Protocol.VENDOR_A, error)
 
 
+def _invalid(problems: list[str]) -> dict[str, Any]:
+    """The 400 body naming every problem of a document."""
+    document = error_body(Protocol.VENDOR_A, ErrorCode.INVALID_REQUEST.value, "; ".join(problems), 400)
+    document["error"]["problems"] = problems
+    return document
+
+
+class ConfigWriter(Interface):
+    """Where admin writes go on a database-backed gateway (gatewayproxy.store.source.DatabaseConfig)."""
+
+    async def put(self, key: EntryKey, body: dict[str, Any]) -> dict[str, Any]:
+        """Upsert an entry and serve the result; returns the stored body."""
+
+    async def delete(self, key: EntryKey) -> None:
+        """Remove an entry and serve the result."""
+
+    async def stored_document(self) -> dict[str, Any]:
+        """The stored document now."""
+
+
 def _read_token(path: str | None) -> str | None:
     if path is None:
         return None
@@ -58,8 +85,9 @@ def _read_token(path: str | None) -> str | None:
 class AdminPlane:
     """The handler of the admin listener."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, writer: ConfigWriter | None = None) -> None:
         self.runtime = runtime
+        self.writer = writer
         self._token = _read_token(runtime.state.config.server.admin_token_file)
         self._routes: dict[tuple[str, str], Route] = {
             ("GET", "/healthz"): self._healthz,
@@ -83,16 +111,19 @@ class AdminPlane:
         route = self._routes.get((request.method, request.path))
         if route is not None:
             return await route(request)
-        return self._unrouted(request)
+        return await self._unrouted(request)
 
     def _authorized(self, request: Request) -> bool:
         assert self._token is not None
         presented = request.headers.get("authorization", "")
         return hmac.compare_digest(presented.encode(), f"Bearer {self._token}".encode())
 
-    def _unrouted(self, request: Request) -> Response:
-        if request.method in ("PUT", "DELETE") and self._is_resource_path(request.path) and self.runtime.file_backed:
-            return _fail(ErrorCode.CONFIG_READ_ONLY, "this gateway is file-backed; its admin surface is read-only")
+    async def _unrouted(self, request: Request) -> Response:
+        resource = self._resource(request.path)
+        if request.method in ("PUT", "DELETE") and resource is not None:
+            if self.runtime.file_backed or self.writer is None:
+                return _fail(ErrorCode.CONFIG_READ_ONLY, "this gateway is file-backed; its admin surface is read-only")
+            return await self._write(request, *resource)
         if request.method == "DELETE" and request.path.startswith("/admin/v1/plugins/"):
             return _fail(ErrorCode.WASM_PLUGINS_DISABLED, "WASM plugins are disabled")
         if any(path == request.path for _, path in self._routes):
@@ -100,12 +131,53 @@ class AdminPlane:
         return _fail(ErrorCode.NOT_FOUND, f"no admin endpoint {request.path}")
 
     @staticmethod
-    def _is_resource_path(path: str) -> bool:
-        for collection in WRITABLE_COLLECTIONS:
-            prefix = f"/admin/v1/{collection}/"
-            if path.startswith(prefix) and "/" not in path.removeprefix(prefix) and path != prefix:
-                return True
-        return False
+    def _resource(path: str) -> tuple[str, str] | None:
+        """(collection, entry name) of a writable resource path."""
+        for segment, collection in WRITABLE_COLLECTIONS.items():
+            prefix = f"/admin/v1/{segment}/"
+            name = path.removeprefix(prefix)
+            if path.startswith(prefix) and name and "/" not in name:
+                return collection, unquote(name)
+        return None
+
+    async def _write(self, request: Request, collection: str, name: str) -> Response:
+        """PUT (body: the section's JSON form; plugins also name their `slot`) or DELETE one entry."""
+        try:
+            if request.method == "PUT":
+                return await self._put(request, collection, name)
+            await self._delete(request, collection, name)
+            return Response(204, [], b"")
+        except ConfigError as error:
+            return _json(_invalid(error.problems), 400)
+        except EntryMissing as error:
+            return _fail(ErrorCode.NOT_FOUND, str(error))
+
+    async def _put(self, request: Request, collection: str, name: str) -> Response:
+        assert self.writer is not None
+        body = parse_text(request.body, as_json=True)
+        if not isinstance(body, dict):
+            raise ConfigError([f"{collection}.{name}: the body must be a JSON object"])
+        slot = body.pop("slot", None) if collection == "plugins" else None
+        stored = await self.writer.put(EntryKey(collection, name, slot), body)
+        named = {"name": name} if collection != "destinations" else {}
+        return _json(redact({**({"slot": slot} if slot else {}), **named, **stored}))
+
+    async def _delete(self, request: Request, collection: str, name: str) -> None:
+        assert self.writer is not None
+        slot = _query(request).get("slot") if collection == "plugins" else None
+        if collection == "plugins" and slot is None:
+            slot = await self._plugin_slot(name)
+        await self.writer.delete(EntryKey(collection, name, slot))
+
+    async def _plugin_slot(self, name: str) -> str:
+        """The one slot holding plugin `name`; two slots holding it need `?slot=`."""
+        assert self.writer is not None
+        slots = plugin_slots_named(await self.writer.stored_document(), name)
+        if not slots:
+            raise EntryMissing(f"no plugin instance named {name!r}")
+        if len(slots) > 1:
+            raise ConfigError([f"plugins.{name}: held by slots {', '.join(slots)}; name one with ?slot="])
+        return slots[0]
 
     async def _healthz(self, request: Request) -> Response:
         return _json({"status": "ok"})
@@ -130,9 +202,7 @@ class AdminPlane:
             problems = error.problems
         if not problems:
             return _json({"valid": True})
-        document = error_body(Protocol.VENDOR_A, ErrorCode.INVALID_REQUEST.value, "; ".join(problems), 400)
-        document["error"]["problems"] = problems
-        return _json({"valid": False, **document}, 400)
+        return _json({"valid": False, **_invalid(problems)}, 400)
 
     async def _destinations(self, request: Request) -> Response:
         destinations = self.runtime.state.config.destinations

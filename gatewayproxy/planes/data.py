@@ -96,12 +96,15 @@ class DataPlane:
         """Serve a request, answering any failure in the protocol of its path, and account for it."""
         request = context.request
         self.runtime.metrics.in_flight.inc()
+        context.state.in_flight += 1
         try:
             response = await serve(context, self.finish)
         except GatewayError as error:
+            context.error_code = error.code.value
             response = self._error(context.protocol, error, request)
         except Exception:
             logger.exception("request %s failed", request.request_id)
+            context.error_code = ErrorCode.INTERNAL_ERROR.value
             response = self._error(context.protocol, GatewayError(ErrorCode.INTERNAL_ERROR, "internal error"), request)
         if context.response_headers:
             response.headers = [*response.headers, *context.response_headers]
@@ -129,6 +132,7 @@ class DataPlane:
         elapsed = time.perf_counter() - context.started
         route = context.route or ""
         metrics.in_flight.dec()
+        context.state.in_flight -= 1
         metrics.child(metrics.requests, route, str(context.status)).inc()
         metrics.child(metrics.latency, route).observe(elapsed)
         metrics.overhead.observe(max(elapsed - context.upstream_seconds, 0.0))

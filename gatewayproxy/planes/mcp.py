@@ -19,8 +19,10 @@ import orjson
 
 from gatewayproxy.config.models import Destination
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.http.sse import SseDecoder
 from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.stages import admit
+from gatewayproxy.planes.mcp_resolver import McpResolver
 from gatewayproxy.planes.passthrough import call_once, picked_headers, relayed_headers, resolve_secret, streamed
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import Origin, UpstreamResponse
@@ -35,6 +37,7 @@ FORWARDED = ("content-type", "accept", SESSION_HEADER, "mcp-protocol-version", "
 UNRELAYED = frozenset({"www-authenticate", "set-cookie"})
 METHODS = ("POST", "GET", "DELETE")
 MAX_SESSIONS = 100_000
+TOOLS_CALL = "tools/call"
 
 
 def jsonrpc_id(body: bytes) -> Any:
@@ -45,6 +48,55 @@ def jsonrpc_id(body: bytes) -> Any:
         return None
     rpc_id = message.get("id") if isinstance(message, dict) else None
     return rpc_id if isinstance(rpc_id, str | int) and not isinstance(rpc_id, bool) else None
+
+
+def governed_message(context: RequestContext) -> dict[str, Any]:
+    """The JSON-RPC request the stages judge (its method, a tool's name and arguments); empty when no stage runs or
+    the request carries none. A batch cannot be judged call by call, so it is refused when stages run."""
+    request = context.request
+    if not context.state.stages or request.method != "POST":
+        return {}
+    try:
+        message = orjson.loads(request.body) if request.body else None
+    except orjson.JSONDecodeError:
+        return {}
+    if isinstance(message, list):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "JSON-RPC batches are not accepted here; send one message")
+    return message if isinstance(message, dict) else {}
+
+
+def tool_result_text(content_type: bytes, body: bytes, rpc_id: Any) -> str:
+    """The text of the `tools/call` result answering `rpc_id` in a JSON or event-stream answer: its text
+    content items and its structured content."""
+    if content_type.startswith(b"text/event-stream"):
+        payloads = [event.data for event in SseDecoder().feed(body + b"\n\n") if event.data]
+    else:
+        payloads = [body.decode("utf-8", "replace")] if body.strip() else []
+    for payload in payloads:
+        try:
+            message = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(message, dict) and message.get("id") == rpc_id and isinstance(message.get("result"), dict):
+            result = message["result"]
+            texts = [item["text"] for item in result.get("content") or []
+                     if isinstance(item, dict) and isinstance(item.get("text"), str)]
+            if result.get("structuredContent") is not None:
+                texts.append(orjson.dumps(result["structuredContent"]).decode())
+            return "\n".join(texts)
+    return ""
+
+
+async def inspected_tool_result(context: RequestContext, upstream: UpstreamResponse, rpc_id: Any) -> Response:
+    """The upstream's whole answer to a `tools/call`, relayed once the output inspectors have seen its result (they
+    raise to block it)."""
+    body = await upstream.read()
+    context.output_text = tool_result_text(upstream.header(b"content-type") or b"", body, rpc_id)
+    context.output_complete = True
+    if context.output_text:
+        for stage in context.state.output_inspectors:
+            await stage.inspect_output(context, context.output_text)
+    return Response(upstream.status, relayed_headers(upstream, UNRELAYED), body)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +142,7 @@ class McpProxy:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.sessions = SessionTable()
+        self.resolver = McpResolver(runtime.pool)
 
     async def serve(self, context: RequestContext, finish: Callable[[RequestContext], None]) -> Response:
         """Relay one MCP request; raises `GatewayError` for anything refused before the upstream."""
@@ -100,10 +153,15 @@ class McpProxy:
         session_id = request.headers.get(SESSION_HEADER)
         owner = self.sessions.owner(session_id, context.principal.id) if session_id else None
         name, destination = self.destination(context, owner)
+        message = context.body = governed_message(context)
         await admit(context.state.stages, context)
+        # A guardrail that redacted the call's arguments replaced the body; send what it left.
+        body = request.body if context.body is message else orjson.dumps(context.body)
         headers = picked_headers(request.headers, FORWARDED)
-        upstream = await self.call(context, destination, request.method.encode(), headers, request.body, request.query)
+        upstream = await self.call(context, destination, request.method.encode(), headers, body, request.query)
         self._track_session(request.method, session_id, upstream, SessionOwner(context.principal.id, name))
+        if context.state.output_inspectors and message.get("method") == TOOLS_CALL:
+            return await inspected_tool_result(context, upstream, message.get("id"))
         return streamed(upstream, relayed_headers(upstream, UNRELAYED), context, finish)
 
     def destination(self, context: RequestContext, owner: SessionOwner | None) -> tuple[str, Destination]:
@@ -124,10 +182,8 @@ class McpProxy:
         if not names:
             raise GatewayError(ErrorCode.NO_ROUTE, f"route {route.name!r} has no mcp destination")
         context.destination = names[0]
-        destination = destinations[names[0]]
-        if not (destination.base_url or destination.url):
-            raise GatewayError(ErrorCode.NOT_IMPLEMENTED, "resolver-based mcp destinations are not served yet")
-        return names[0], destination
+        # A wildcard (resolver-based) destination is resolved to a server per request, in `call`.
+        return names[0], destinations[names[0]]
 
     async def call(
         self,
@@ -139,6 +195,7 @@ class McpProxy:
         query: str = "",
     ) -> UpstreamResponse:
         """One upstream request with the destination's credential; an upstream refusing it is a 502."""
+        destination = await self.resolver.concrete(destination, context.request.headers, context.scope)
         origin = Origin.parse(destination.base_url or destination.url or "")
         target = ((origin.base_path or "/") + (f"?{query}" if query else "")).encode()
         vault = context.state.vaults[destination.credentials.vault]

@@ -1,5 +1,6 @@
-"""Gateway lifecycle: build the state, bind the data and admin listeners, drain on SIGTERM, and run
-N worker processes that share the ports through SO_REUSEPORT."""
+"""Gateway lifecycle: build the state, bind the data and admin listeners, swap snapshots on reload (retiring
+the old one once its requests finish), drain on SIGTERM, and run N worker processes that share the ports
+through SO_REUSEPORT."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import uvloop
 
@@ -21,7 +24,10 @@ from gatewayproxy.planes.admin import AdminPlane
 from gatewayproxy.planes.data import DataPlane
 from gatewayproxy.server.protocol import ConnectionTracker, Handler, HttpProtocol, Timeouts
 from gatewayproxy.server.upstream import UpstreamPool
-from gatewayproxy.state import Runtime, build_state
+from gatewayproxy.state import GatewayState, Runtime, build_state
+
+if TYPE_CHECKING:
+    from gatewayproxy.store.source import DatabaseConfig
 
 logger = logging.getLogger("gatewayproxy.server")
 DRAIN_POLL_SECONDS = 0.05
@@ -48,26 +54,45 @@ class Listener:
 
 
 class Gateway:
-    """A running gateway in this process: runtime state plus its two listeners."""
+    """A running gateway in this process: runtime state plus its two listeners.
 
-    def __init__(self, loaded: LoadedConfig, *, reuse_port: bool = False) -> None:
-        self.loaded = loaded
+    File-backed with `loaded`; database-backed with `database` (the config is read at start, admin writes
+    and reloads swap snapshots). Listeners and their limits come from the config at start only.
+    """
+
+    def __init__(self, loaded: LoadedConfig | None = None, *, reuse_port: bool = False,
+                 database: DatabaseConfig | None = None) -> None:
+        if (loaded is None) == (database is None):
+            raise ValueError("a gateway serves either a loaded config or a database-backed one")
+        self._loaded = loaded
+        self.database = database
         self.reuse_port = reuse_port
         self.runtime: Runtime | None = None
         self.data: Listener | None = None
         self.admin: Listener | None = None
         self._stopping = asyncio.Event()
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    @property
+    def loaded(self) -> LoadedConfig:
+        """The config the gateway started with."""
+        assert self._loaded is not None, "the database-backed config is read at start"
+        return self._loaded
 
     async def start(self) -> None:
         """Construct the state and bind both listeners; readiness turns on last."""
+        if self.database is not None:
+            self._loaded = await self.database.load()
         pool, shared, metrics = UpstreamPool(), SharedParts(), GatewayMetrics()
         runtime = Runtime(state=build_state(self.loaded, pool, shared, metrics), pool=pool, metrics=metrics,
-                          shared=shared)
+                          shared=shared, file_backed=self.database is None)
         self.runtime = runtime
         await runtime.state.start()
         server = self.loaded.config.server
         self.data = await self._listen(server.listen, DataPlane(runtime))
-        self.admin = await self._listen(server.admin_listen, AdminPlane(runtime))
+        self.admin = await self._listen(server.admin_listen, AdminPlane(runtime, writer=self.database))
+        if self.database is not None:
+            self.database.start(self.swap)
         runtime.ready = True
         logger.info("gateway listening: data %s, admin %s (pid %d)", server.listen, server.admin_listen, os.getpid())
 
@@ -84,6 +109,24 @@ class Gateway:
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return Listener(server, tracker)
+
+    async def swap(self, loaded: LoadedConfig) -> None:
+        """Serve `loaded` from now on; requests already running finish on the snapshot they started on."""
+        assert self.runtime is not None
+        runtime = self.runtime
+        fresh = build_state(loaded, runtime.pool, runtime.shared, runtime.metrics)
+        await fresh.start()
+        retired, runtime.state = runtime.state, fresh
+        task = asyncio.get_running_loop().create_task(self._retire(retired))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, state: GatewayState) -> None:
+        """Close a swapped-out snapshot once its requests finished (or the drain deadline passed)."""
+        deadline = time.monotonic() + self.loaded.config.server.limits.drain_timeout_ms / 1000
+        while state.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        await state.close()
 
     def stop(self) -> None:
         """Ask `serve_until_stopped` to drain and return."""
@@ -111,27 +154,33 @@ class Gateway:
         for listener in listeners:
             for connection in list(listener.tracker.connections):
                 connection.abort()
+        if self.database is not None:
+            await self.database.close()
+        await asyncio.gather(*self._retiring)
         if self.runtime is not None:
             await self.runtime.state.close()
             self.runtime.pool.close()
         logger.info("gateway stopped (pid %d)", os.getpid())
 
 
-async def _serve(loaded: LoadedConfig, reuse_port: bool) -> None:
-    gateway = Gateway(loaded, reuse_port=reuse_port)
+MakeGateway = Callable[[bool], Gateway]
+
+
+async def _serve(make_gateway: MakeGateway, reuse_port: bool) -> None:
+    gateway = make_gateway(reuse_port)
     await gateway.start()
     await gateway.serve_until_stopped()
 
 
-def run_single(loaded: LoadedConfig, *, reuse_port: bool = False) -> None:
-    """Run one gateway on uvloop in this process until SIGTERM."""
-    uvloop.run(_serve(loaded, reuse_port))
+def run_single(make_gateway: MakeGateway, *, reuse_port: bool = False) -> None:
+    """Run one gateway (`make_gateway(reuse_port)`) on uvloop in this process until SIGTERM."""
+    uvloop.run(_serve(make_gateway, reuse_port))
 
 
-def run_workers(loaded: LoadedConfig, workers: int) -> int:
+def run_workers(make_gateway: MakeGateway, workers: int) -> int:
     """Fork `workers` processes sharing the ports; forward SIGTERM/SIGINT; return the worst exit status."""
     if workers <= 1:
-        run_single(loaded)
+        run_single(make_gateway)
         return 0
     children = []
     for _ in range(workers):
@@ -139,7 +188,7 @@ def run_workers(loaded: LoadedConfig, workers: int) -> int:
         if pid == 0:
             code = 0
             try:
-                run_single(loaded, reuse_port=True)
+                run_single(make_gateway, reuse_port=True)
             except BaseException:
                 logger.exception("worker failed")
                 code = 1

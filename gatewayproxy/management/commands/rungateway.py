@@ -1,5 +1,6 @@
-"""`python manage.py rungateway --config FILE [--workers N]`: validate the config, then hand the process over
-to the lean gateway entry point (`python -m gatewayproxy`), which serves without Django in memory."""
+"""`python manage.py rungateway --config FILE | --database [--workers N]`: validate the config (the file, or
+the rows stored in the database), then hand the process over to the lean gateway entry point
+(`python -m gatewayproxy`)."""
 
 from __future__ import annotations
 
@@ -11,32 +12,42 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import gatewayproxy
-from gatewayproxy.cli import load_and_check
+from gatewayproxy.cli import check_stored_config, load_and_check
 from gatewayproxy.config.loader import ConfigError
 
 
 class Command(BaseCommand):
-    """Runs the gateway from a file-backed config (admin plane read-only)."""
+    """Runs the gateway from a file-backed config (admin read-only) or the database (admin writes on)."""
 
-    help = "Run the AI gateway (data and admin planes) from a YAML config file."
+    help = "Run the AI gateway (data and admin planes) from a YAML config file or the database."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--config", required=True, help="path of the gateway YAML config")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--config", help="path of the gateway YAML config")
+        source.add_argument("--database", action="store_true", help="serve the config stored in the database")
         parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the ports")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
-        config = os.path.abspath(options["config"])
         try:
-            load_and_check(config)
+            if options["database"]:
+                check_stored_config()
+                source = ["--database"]
+            else:
+                config = os.path.abspath(options["config"])
+                load_and_check(config)
+                source = ["--config", config]
         except ConfigError as error:
             raise CommandError(str(error)) from None
+        self._exec_gateway([*source, "--workers", str(options["workers"])])
+
+    @staticmethod
+    def _exec_gateway(arguments: list[str]) -> None:
         project_root = str(Path(gatewayproxy.__file__).resolve().parents[1])
         environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [project_root, os.environ.get("PYTHONPATH")]))}
         sys.stdout.flush()
         sys.stderr.flush()
         # The same process (same pid, so signals still reach it) continues as the lean gateway.
-        os.execve(sys.executable, [sys.executable, "-m", "gatewayproxy", "--config", config,
-                                   "--workers", str(options["workers"])], environment)
+        os.execve(sys.executable, [sys.executable, "-m", "gatewayproxy", *arguments], environment)

@@ -1,0 +1,306 @@
+"""The `cost_model` plugin kinds: where model prices come from when a destination has no `pricing` of its own.
+
+`seed` (a built-in table), `static_table` (a file or an inline table), `http_refresh` (a JSON table fetched
+every N seconds), `registry` (the registry's pricing extension group) and `layered` (first hit wins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from gatewayproxy.config.loader import ConfigError
+from gatewayproxy.config.models import PluginInstance, Pricing
+from gatewayproxy.plugins.options import Options, plugin_options
+from gatewayproxy.vaults.resolvers import Fetch
+
+logger = logging.getLogger("gatewayproxy.pricing")
+PRICE_FIELDS = tuple(Pricing.model_fields)
+# Neutral model ids of the examples, at list prices (USD per million tokens).
+SEED_TABLE: dict[str, Pricing] = {
+    "gpt-4o": Pricing(input_per_1m=2.5, output_per_1m=10.0, cache_read_per_1m=1.25),
+    "gpt-4o-mini": Pricing(input_per_1m=0.15, output_per_1m=0.6, cache_read_per_1m=0.075),
+    "claude-sonnet": Pricing(input_per_1m=3.0, output_per_1m=15.0, cache_read_per_1m=0.3, cache_write_per_1m=3.75,
+                             cache_write_1h_per_1m=6.0),
+    "claude-haiku-4-5": Pricing(input_per_1m=1.0, output_per_1m=5.0, cache_read_per_1m=0.1, cache_write_per_1m=1.25,
+                                cache_write_1h_per_1m=2.0),
+}
+PriceTable = dict[str, Pricing]
+Found = tuple[Pricing, str]
+
+
+class StaticTableOptions(Options):
+    """`static_table`: a YAML/JSON `file` or an inline `table` of `[provider/]model` to prices."""
+
+    file: str | None = None
+    table: dict[str, Pricing] = {}
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StaticTableOptions:
+        if self.file is not None and self.table:
+            raise ValueError("give `file` or `table`, not both")
+        return self
+
+
+class HttpRefreshOptions(Options):
+    """`http_refresh`: a JSON table at `url`, refetched every `refresh_interval_secs`; the last good one is kept."""
+
+    url: str
+    refresh_interval_secs: float = Field(default=300, gt=0)
+    timeout_ms: int = Field(default=3000, gt=0)
+    bearer_token_file: str | None = None
+
+
+class RegistryOptions(Options):
+    """`registry`: effective prices from `<base_url>/apis/pricing.<group_domain>/v1/modelprices`."""
+
+    base_url: str
+    bearer_token_file: str
+    group_domain: str = "registry.local"
+    refresh_interval_secs: float = Field(default=300, gt=0)
+    timeout_ms: int = Field(default=3000, gt=0)
+
+
+class LayeredOptions(Options):
+    """`layered`: an ordered list of other cost models; the first that prices a model wins."""
+
+    layers: list[PluginInstance] = Field(min_length=1)
+
+
+def table_key(provider: str | None, model: str) -> str:
+    """The key of a price in a table: `provider/model`, or the bare model id for every provider."""
+    return f"{provider}/{model}" if provider else model
+
+
+def parse_table(document: Any) -> PriceTable:
+    """A price table from a document `{[provider/]model: {input_per_1m, ...}}` (optionally under `models`)."""
+    if isinstance(document, Mapping) and isinstance(document.get("models"), Mapping):
+        document = document["models"]
+    if not isinstance(document, Mapping):
+        raise ValueError("a price table is a mapping of model id to prices")
+    return {str(model): Pricing.model_validate(prices) for model, prices in document.items()}
+
+
+def _read_token(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+class CostModel:
+    """A source of model prices; `revision` changes whenever its table does."""
+
+    kind = "cost_model"
+
+    def __init__(self, name: str, table: PriceTable | None = None) -> None:
+        self.name = name
+        self.table: PriceTable = table or {}
+        self._revision = 0
+
+    @property
+    def revision(self) -> int:
+        """Changes whenever the table does (the pricer drops its memo then)."""
+        return self._revision
+
+    @property
+    def source(self) -> str:
+        """How a resolved price names this model: `<kind>:<name>`."""
+        return f"{self.kind}:{self.name}"
+
+    def lookup(self, provider: str, model: str) -> Found | None:
+        """The prices of `model` at `provider` (a provider-specific entry first) and the source that gave them."""
+        found = self.table.get(table_key(provider, model)) or self.table.get(model)
+        return (found, self.source) if found is not None else None
+
+    def replace(self, table: PriceTable) -> None:
+        """Swap in a new table."""
+        self.table = table
+        self._revision += 1
+
+    async def start(self) -> None:
+        """Start background refreshes (none for a fixed table)."""
+
+    async def close(self) -> None:
+        """Stop background refreshes."""
+
+
+class SeedModel(CostModel):
+    """The built-in table of a few well-known models."""
+
+    kind = "seed"
+
+
+class StaticTableModel(CostModel):
+    """A fixed table from a file or from the config itself."""
+
+    kind = "static_table"
+
+
+class RefreshingModel(CostModel):
+    """A table fetched at start and every interval; a failed fetch keeps the last good table."""
+
+    def __init__(self, name: str, fetch: Fetch, interval: float, timeout: float) -> None:
+        super().__init__(name)
+        self._fetch = fetch
+        self._interval = interval
+        self._timeout = timeout
+        self._task: asyncio.Task[None] | None = None
+
+    def request(self) -> tuple[str, dict[str, str]]:
+        """The URL and headers of one fetch."""
+        raise NotImplementedError
+
+    def table_of(self, document: Any) -> PriceTable:
+        """The price table in a fetched document."""
+        return parse_table(document)
+
+    async def refresh(self) -> bool:
+        """Fetch once; True when a new table was taken."""
+        try:
+            url, headers = self.request()
+            status, body = await self._fetch(url, headers, self._timeout)
+            if status != 200:
+                raise ValueError(f"answered {status}")
+            self.replace(self.table_of(orjson.loads(body)))
+            return True
+        except (OSError, ValueError, ValidationError) as error:
+            logger.warning("cost model %s: price refresh failed, keeping the last good table: %s", self.name, error)
+            return False
+
+    async def start(self) -> None:
+        """Fetch now (the first table), then keep refreshing in the background."""
+        await self.refresh()
+        self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.refresh()
+
+    async def close(self) -> None:
+        """Stop refreshing."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class HttpRefreshModel(RefreshingModel):
+    """A JSON price table served at a URL."""
+
+    kind = "http_refresh"
+
+    def __init__(self, name: str, options: HttpRefreshOptions, fetch: Fetch) -> None:
+        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000)
+        self.options = options
+
+    def request(self) -> tuple[str, dict[str, str]]:
+        headers = {"accept": "application/json"}
+        if self.options.bearer_token_file:
+            headers["authorization"] = "Bearer " + _read_token(self.options.bearer_token_file)
+        return self.options.url, headers
+
+
+class RegistryModel(RefreshingModel):
+    """Effective prices of the registry's `pricing` extension group (bearer token reread on each fetch)."""
+
+    kind = "registry"
+
+    def __init__(self, name: str, options: RegistryOptions, fetch: Fetch) -> None:
+        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000)
+        self.options = options
+
+    def request(self) -> tuple[str, dict[str, str]]:
+        root = self.options.base_url.rstrip("/")
+        url = f"{root}/apis/pricing.{self.options.group_domain}/v1/modelprices"
+        token = _read_token(self.options.bearer_token_file)
+        return url, {"accept": "application/json", "authorization": f"Bearer {token}"}
+
+    def table_of(self, document: Any) -> PriceTable:
+        """Rows `{provider, model, <price fields>}` of the `data` list, keyed `provider/model`."""
+        rows = document.get("data") if isinstance(document, Mapping) else None
+        if not isinstance(rows, list):
+            raise ValueError("the registry answered no `data` list")
+        return {table_key(row.get("provider"), str(row["model"])):
+                Pricing.model_validate({field: row.get(field) for field in PRICE_FIELDS}) for row in rows}
+
+
+class LayeredModel(CostModel):
+    """Other cost models in order; the first that knows a model prices it."""
+
+    kind = "layered"
+
+    def __init__(self, name: str, layers: list[CostModel]) -> None:
+        super().__init__(name)
+        self.layers = layers
+
+    @property
+    def revision(self) -> int:
+        """Changes whenever a layer's table does."""
+        return sum(layer.revision for layer in self.layers)
+
+    def lookup(self, provider: str, model: str) -> Found | None:
+        for layer in self.layers:
+            found = layer.lookup(provider, model)
+            if found is not None:
+                return found[0], f"{self.source}/{found[1]}"
+        return None
+
+    async def start(self) -> None:
+        for layer in self.layers:
+            await layer.start()
+
+    async def close(self) -> None:
+        for layer in self.layers:
+            await layer.close()
+
+
+def _static_table(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
+    options = plugin_options(key, StaticTableOptions, instance)
+    if options.file is None:
+        return StaticTableModel(instance.name, dict(options.table))
+    try:
+        with open(options.file, encoding="utf-8") as handle:
+            return StaticTableModel(instance.name, parse_table(yaml.safe_load(handle)))
+    except (OSError, yaml.YAMLError, ValueError) as error:
+        raise ConfigError([f"{key}.file: cannot read a price table from {options.file}: {error}"]) from None
+
+
+def _seed(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
+    plugin_options(key, Options, instance)
+    return SeedModel(instance.name, dict(SEED_TABLE))
+
+
+def _http_refresh(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
+    return HttpRefreshModel(instance.name, plugin_options(key, HttpRefreshOptions, instance), fetch)
+
+
+def _registry(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
+    return RegistryModel(instance.name, plugin_options(key, RegistryOptions, instance), fetch)
+
+
+def _layered(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
+    options = plugin_options(key, LayeredOptions, instance)
+    return LayeredModel(instance.name, [build_cost_model(layer, fetch, f"{key}.layers[{index}]")
+                                        for index, layer in enumerate(options.layers)])
+
+
+BUILDERS: dict[str, Callable[[str, PluginInstance, Fetch], CostModel]] = {
+    "seed": _seed, "static_table": _static_table,
+    "http_refresh": _http_refresh, "registry": _registry, "layered": _layered,
+}
+
+
+def build_cost_model(instance: PluginInstance, fetch: Fetch, key: str = "plugins.cost_model") -> CostModel:
+    """The cost model of a plugin instance; raises `ConfigError` naming the key of a bad option."""
+    builder = BUILDERS.get(instance.kind)
+    if builder is None:
+        raise ConfigError([f"{key}.kind: unsupported cost model kind {instance.kind!r}; "
+                           f"available kinds: {', '.join(BUILDERS)}"])
+    return builder(key, instance, fetch)

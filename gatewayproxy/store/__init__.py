@@ -1,0 +1,1 @@
+"""The database-backed gateway configuration: config sections as rows, written atomically with a version."""

@@ -1,0 +1,105 @@
+"""Rows of the database-backed gateway configuration; each body is the JSON form of its config section."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from gatewayproxy.store.document import PLUGIN_SLOTS, SINGLETON_SECTIONS
+
+
+class ConfigVersion(models.Model):
+    """The one counter bumped in the transaction of every write; replicas poll it to reload. `source` is the
+    file last imported: relative paths in plugin options resolve against its directory, as they did there."""
+
+    number = models.BigIntegerField(default=0)
+    source = models.CharField(max_length=1000, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"config version {self.number}"
+
+
+class Section(models.Model):
+    """A singleton top-level section (server, identity, spend, guardrail_*)."""
+
+    name = models.CharField(max_length=64, unique=True, choices=[(name, name) for name in SINGLETON_SECTIONS])
+    body = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Destination(models.Model):
+    """A destination, keyed by its name."""
+
+    name = models.CharField(max_length=200, unique=True)
+    body = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class OrderedEntry(models.Model):
+    """A named list entry whose place in the list is its `position` (routes and limits apply in order)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    position = models.IntegerField(default=0)
+    body = models.JSONField(default=dict)
+
+    class Meta:
+        abstract = True
+        ordering = ("position", "id")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Route(OrderedEntry):
+    """A route; routes are tried in `position` order."""
+
+
+class RateLimit(OrderedEntry):
+    """A rate or spend limit; ties between equally specific limits go to the lower `position`."""
+
+
+class Vault(models.Model):
+    """A vault, keyed by its name."""
+
+    name = models.CharField(max_length=200, unique=True)
+    body = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ("id",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PluginInstance(models.Model):
+    """A plugin instance in its slot; list slots keep `position` order."""
+
+    slot = models.CharField(max_length=32, choices=[(slot, slot) for slot in PLUGIN_SLOTS])
+    name = models.CharField(max_length=200)
+    position = models.IntegerField(default=0)
+    body = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ("slot", "position", "id")
+        constraints = [models.UniqueConstraint(fields=("slot", "name"), name="store_plugin_unique_in_slot")]
+
+    def __str__(self) -> str:
+        return f"{self.slot}/{self.name}"
+
+
+# The row model of each document collection (see gatewayproxy.store.document.EntryKey).
+ROW_MODELS: dict[str, type[models.Model]] = {
+    "sections": Section,
+    "destinations": Destination,
+    "routes": Route,
+    "rate_limits": RateLimit,
+    "vaults": Vault,
+    "plugins": PluginInstance,
+}

@@ -1,0 +1,126 @@
+"""The gateway's side of the database-backed config: reads, validates and writes through the ORM on one
+worker thread (never on the event loop), serializes this process's writes, and polls the version counter so
+replicas pick up each other's writes. Loading this module needs Django set up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import connections
+
+from gatewayproxy.config.loader import ConfigError, LoadedConfig
+from gatewayproxy.store import selectors, services
+from gatewayproxy.store.document import EntryKey, validated
+
+logger = logging.getLogger("gatewayproxy.store")
+POLL_SECONDS = 1.0
+Result = TypeVar("Result")
+Swap = Callable[[LoadedConfig], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class VersionedConfig:
+    """A validated stored config and the version it was read at."""
+
+    version: int
+    loaded: LoadedConfig
+
+
+def read_validated() -> VersionedConfig:
+    """The stored config, validated as at boot; raises `ConfigError`."""
+    stored = selectors.stored_config()
+    return VersionedConfig(version=stored.version, loaded=validated(stored.document, source=stored.source))
+
+
+class DatabaseConfig:
+    """Database-backed config of one gateway process: the initial load, admin writes and the reload poller."""
+
+    def __init__(self, poll_seconds: float = POLL_SECONDS) -> None:
+        self.poll_seconds = poll_seconds
+        self.version = -1
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-config")
+        self._lock = asyncio.Lock()
+        self._swap: Swap | None = None
+        self._rejected_version: int | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    async def _orm(self, function: Callable[..., Result], /, **arguments: Any) -> Result:
+        """Run ORM work on the config thread, which keeps its own database connection."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(function, **arguments))
+
+    async def load(self) -> LoadedConfig:
+        """The stored config to boot with; raises `ConfigError` when it is invalid."""
+        stored = await self._orm(read_validated)
+        self.version = stored.version
+        return stored.loaded
+
+    def start(self, swap: Swap) -> None:
+        """Begin polling; `swap` installs a newly validated config as the serving snapshot."""
+        self._swap = swap
+        self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def close(self) -> None:
+        """Stop polling and release the thread's database connection."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await self._orm(connections.close_all)
+        self._executor.shutdown(wait=True)
+
+    async def put(self, key: EntryKey, body: dict[str, Any]) -> dict[str, Any]:
+        """Upsert an entry and serve the result; raises `ConfigError` and changes nothing when invalid."""
+        stored = await self._write(services.config_entry_put, key=key, body=body)
+        return stored.body or {}
+
+    async def delete(self, key: EntryKey) -> None:
+        """Remove an entry and serve the result; raises `EntryMissing` or `ConfigError`."""
+        await self._write(services.config_entry_delete, key=key)
+
+    async def stored_document(self) -> dict[str, Any]:
+        """The document the rows hold now (for resolving a plugin name to its slot)."""
+        return await self._orm(selectors.stored_document)
+
+    async def _write(self, service: Callable[..., services.StoredChange], **arguments: Any) -> services.StoredChange:
+        async with self._lock:
+            stored = await self._orm(service, **arguments)
+            await self._install(stored.version, stored.loaded)
+            return stored
+
+    async def _install(self, version: int, loaded: LoadedConfig) -> None:
+        assert self._swap is not None
+        await self._swap(loaded)
+        self.version = version
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            try:
+                await self.reload_if_moved()
+            except Exception:
+                logger.exception("config reload check failed; still serving version %d", self.version)
+
+    async def reload_if_moved(self) -> None:
+        """Rebuild and swap when another writer moved the version; an invalid config keeps the last good one."""
+        version = await self._orm(selectors.config_version)
+        if version in (self.version, self._rejected_version):
+            return
+        async with self._lock:
+            try:
+                stored = await self._orm(read_validated)
+            except ConfigError as error:
+                self._rejected_version = version
+                logger.warning("config version %d is invalid; still serving version %d: %s", version,
+                               self.version, "; ".join(error.problems))
+                return
+            if stored.version != self.version:
+                await self._install(stored.version, stored.loaded)
+                logger.info("reloaded config version %d", stored.version)

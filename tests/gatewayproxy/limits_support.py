@@ -1,0 +1,124 @@
+"""Helpers of the limit, spend and pricing tests: config documents, concurrent request bursts, and a private
+redis-server that can be stopped and started again on the same port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.live import free_port
+
+HI = [{"role": "user", "content": "hi"}]
+CHAT = {"model": "m", "messages": HI}
+# Fake-provider usage of a chat completion: 11 prompt and 7 completion tokens.
+CHAT_TOKENS = 18
+
+
+def document(provider: FakeProvider, *, rate_limits: list[dict[str, Any]], spend: dict[str, Any] | None = None,
+             plugins: dict[str, Any] | None = None, pricing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A gateway in front of `provider` whose callers pick their scope with `x-scope-team` / `x-scope-user`."""
+    destination: dict[str, Any] = {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"}}
+    if pricing is not None:
+        destination["pricing"] = pricing
+    return {
+        "identity": {"scope_dims": ["team", "user"]},
+        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
+        "destinations": {"one": destination},
+        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
+        "rate_limits": rate_limits,
+        "spend": {"trusted_header_dims": ["team", "user"], **(spend or {})},
+        "plugins": plugins or {},
+    }
+
+
+def redis_limiter(url: str, failure_mode: str = "deny") -> dict[str, Any]:
+    """A `redis_window` rate limiter with a key prefix of its own."""
+    return {"rate_limiter": {"name": "shared", "kind": "redis_window", "url": url,
+                             "key_prefix": f"test:{uuid.uuid4().hex}:", "failure_mode": failure_mode,
+                             "retry_interval_ms": 50}}
+
+
+def chat(url: str, **headers: str) -> httpx.Response:
+    """One chat completion through the gateway at `url`."""
+    return httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=10)
+
+
+def burst(url: str, count: int, body: dict[str, Any] | None = None) -> list[httpx.Response]:
+    """`count` chat completions sent at once."""
+    async def fire() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=count)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+            return list(await asyncio.gather(*(client.post(f"{url}/v1/chat/completions", json=body or CHAT)
+                                               for _ in range(count))))
+
+    return asyncio.run(fire())
+
+
+def poll(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """The first truthy result of `check`, retried until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.02)
+
+
+def error_code(response: httpx.Response) -> str:
+    """The machine-readable code of a vendor-A error body."""
+    return str(response.json()["error"]["code"])
+
+
+class RedisServer:
+    """A private redis-server on a fixed free port, which a test may stop and start again."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's URL."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start it and wait until it accepts connections."""
+        binary = shutil.which("redis-server")
+        assert binary is not None, "redis-server is not installed"
+        self.process = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                                         "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def accepts() -> bool:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+            return False
+
+        assert poll(accepts), "redis-server did not start"
+
+    def stop(self) -> None:
+        """Kill it."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@contextlib.contextmanager
+def private_redis_server() -> Iterator[RedisServer]:
+    """A started `RedisServer`, killed at the end."""
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,128 @@
+"""Audit records for admitted and refused requests (`file` sink), and the `ext_proc` audit sink with its
+`failure_mode`: `deny` refuses traffic (503 `audit_unavailable`, refused by the `audit` stage) while the
+processor fails, `allow` keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gatewayproxy.config.loader import ConfigError, validate_document
+from gatewayproxy.metrics import GatewayMetrics
+from gatewayproxy.pipeline.stages import SharedParts
+from gatewayproxy.server.upstream import UpstreamPool
+from gatewayproxy.state import build_state
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.sinks_support import (
+    HI,
+    RecordingProcessor,
+    jsonl,
+    keyed_identity,
+    metric,
+    static_vault,
+    two_shapes,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+KEYS = {"key-alice": ("alice", "red")}
+FIELDS = {"request_id", "ts", "kind", "principal", "route", "destination", "method", "path", "status", "outcome",
+          "error_code", "refused_by", "latency_ms"}
+
+
+def start_gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider,
+                  audit_sinks: list[dict[str, Any]]) -> GatewayThread:
+    document = two_shapes(static_vault(tmp_path, {"a": "key-a", "b": "key-b"}), primary, secondary,
+                          identity=keyed_identity(tmp_path, KEYS), plugins={"audit_sinks": audit_sinks})
+    return GatewayThread(document).start()
+
+
+@pytest.fixture
+def processor() -> Iterator[RecordingProcessor]:
+    with RecordingProcessor() as running:
+        yield running
+
+
+def chat(gateway: GatewayThread, key: str | None, model: str = "a-1") -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": model, "messages": HI}, headers=headers)
+
+
+def test_records_for_admitted_and_refused_requests(tmp_path: Path, primary: FakeProvider,
+                                                   secondary: FakeProvider) -> None:
+    trail = tmp_path / "audit.jsonl"
+    gateway = start_gateway(tmp_path, primary, secondary, [
+        {"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0}, {"name": "off", "kind": "noop"}])
+    try:
+        served, anonymous, unrouted = chat(gateway, "key-alice"), chat(gateway, None), chat(gateway, "key-alice", "z")
+        records = wait_until(lambda: len(found := jsonl(trail)) == 3 and found, what="three audit records")
+    finally:
+        gateway.stop()
+    by_id = {record["request_id"]: record for record in records}
+    assert all(set(record) == FIELDS for record in records)
+    admitted = by_id[served.headers["x-request-id"]]
+    assert {key: admitted[key] for key in ("principal", "route", "destination", "status", "outcome", "error_code",
+                                           "refused_by", "kind", "path")} == {
+        "principal": "alice", "route": "to_a", "destination": "shape_a", "status": 200, "outcome": "served",
+        "error_code": None, "refused_by": None, "kind": "chat", "path": "/v1/chat/completions"}
+    refused = by_id[anonymous.headers["x-request-id"]]
+    assert (refused["status"], refused["outcome"], refused["error_code"], refused["principal"]) == (
+        401, "refused", "unauthenticated", "anonymous")
+    no_route = by_id[unrouted.headers["x-request-id"]]
+    assert (no_route["status"], no_route["outcome"], no_route["error_code"]) == (404, "refused", "no_route")
+
+
+def test_deny_refuses_traffic_while_the_processor_fails(tmp_path: Path, primary: FakeProvider,
+                                                        secondary: FakeProvider,
+                                                        processor: RecordingProcessor) -> None:
+    trail = tmp_path / "audit.jsonl"
+    gateway = start_gateway(tmp_path, primary, secondary, [
+        {"name": "proc", "kind": "ext_proc", "url": f"{processor.url}/audit", "flush_interval_ms": 0},
+        {"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0}])
+    try:
+        first = chat(gateway, "key-alice")
+        wait_until(lambda: first.headers["x-request-id"] in {r["request_id"] for r in processor.records},
+                   what="the processor to receive the first record")
+        processor.failing = True
+        assert chat(gateway, "key-alice").status_code == 200
+        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
+                                  outcome="dropped") == 1, what="the failed batch counted")
+        refused = chat(gateway, "key-alice")
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "audit_unavailable"
+        record = wait_until(lambda: next((r for r in jsonl(trail) if r["request_id"] ==
+                                          refused.headers["x-request-id"]), None), what="the refusal's record")
+        assert (record["refused_by"], record["error_code"], record["outcome"]) == ("audit", "audit_unavailable",
+                                                                                    "refused")
+        processor.failing = False
+        wait_until(lambda: chat(gateway, "key-alice").status_code == 200, what="traffic to resume")
+    finally:
+        gateway.stop()
+
+
+def test_allow_keeps_serving_while_the_processor_fails(tmp_path: Path, primary: FakeProvider,
+                                                       secondary: FakeProvider,
+                                                       processor: RecordingProcessor) -> None:
+    processor.failing = True
+    gateway = start_gateway(tmp_path, primary, secondary, [
+        {"name": "proc", "kind": "ext_proc", "url": processor.url, "failure_mode": "allow", "flush_interval_ms": 0}])
+    try:
+        assert chat(gateway, "key-alice").status_code == 200
+        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
+                                  outcome="dropped") == 1, what="the failed batch counted")
+        assert [chat(gateway, "key-alice").status_code for _ in range(3)] == [200, 200, 200]
+    finally:
+        gateway.stop()
+
+
+def test_a_bad_sink_option_fails_boot_naming_the_key(tmp_path: Path, primary: FakeProvider,
+                                                     secondary: FakeProvider) -> None:
+    document = two_shapes(static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary, plugins={
+        "audit_sinks": [{"name": "trail", "kind": "file", "path": "x", "pth": "y"}]})
+    with pytest.raises(ConfigError) as raised:
+        build_state(validate_document(document), UpstreamPool(), SharedParts(), GatewayMetrics())
+    assert "plugins.audit_sinks[0].pth: unknown key" in str(raised.value)

@@ -1,0 +1,219 @@
+"""Prices: every price field in a cost, the resolution order (destination over cost model, upstream id over client
+id, provider entry over bare entry), each cost model kind, bad options at boot, and the admin resolve endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gatewayproxy.config.loader import ConfigError, validate_document
+from gatewayproxy.config.models import Pricing
+from gatewayproxy.metrics import GatewayMetrics
+from gatewayproxy.pipeline.context import Usage
+from gatewayproxy.pipeline.pricing import Pricer, usage_cost
+from gatewayproxy.pipeline.stages import SharedParts
+from gatewayproxy.server.upstream import UpstreamPool
+from gatewayproxy.state import build_state
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.limits_support import poll
+
+EVERY_FIELD = Pricing(input_per_1m=1, output_per_1m=2, cache_read_per_1m=0.5, cache_write_per_1m=3,
+                      cache_write_1h_per_1m=4, reasoning_output_per_1m=5, per_request_usd=0.01)
+USAGE = Usage(input_tokens=1_000_000, output_tokens=600_000, cache_read_tokens=200_000, cache_write_tokens=100_000,
+              reasoning_tokens=100_000)
+REGISTRY_PATH = "/apis/pricing.registry.local/v1/modelprices"
+
+
+async def no_fetch(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    raise AssertionError("a fixed table fetches nothing")
+
+
+def config(cost_model: dict[str, Any] | None = None, **destination: Any) -> dict[str, Any]:
+    plugins = {"cost_model": {"name": "prices", **cost_model}} if cost_model else {}
+    return {"vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
+            "destinations": {"a": {"kind": "vendor_a", "credentials": {"vault": "v"}, **destination},
+                             "b": {"kind": "vendor_b", "credentials": {"vault": "v"}}},
+            "plugins": plugins}
+
+
+def pricer(cost_model: dict[str, Any] | None = None, **destination: Any) -> Pricer:
+    return Pricer(validate_document(config(cost_model, **destination)).config, no_fetch)
+
+
+def test_every_price_field_in_a_chat_shaped_cost() -> None:
+    # Cached tokens are inside the input and reasoning inside the output: 700k plain input, 500k plain output.
+    expected = (700_000 * 1 + 200_000 * 0.5 + 100_000 * 3 + 500_000 * 2 + 100_000 * 5) / 1e6 + 0.01
+    assert usage_cost(EVERY_FIELD, USAGE, cache_inside_input=True) == pytest.approx(expected)
+
+
+def test_messages_shaped_cache_tokens_are_counted_apart() -> None:
+    expected = (1_000_000 * 1 + 200_000 * 0.5 + 100_000 * 3 + 500_000 * 2 + 100_000 * 5) / 1e6 + 0.01
+    assert usage_cost(EVERY_FIELD, USAGE, cache_inside_input=False) == pytest.approx(expected)
+
+
+def test_missing_rates_fall_back_to_their_kin() -> None:
+    pricing = Pricing(input_per_1m=1, output_per_1m=2)
+    # Cache reads and writes at the input rate, reasoning at the output rate, nothing per request.
+    assert usage_cost(pricing, USAGE, cache_inside_input=True) == pytest.approx((1_000_000 * 1 + 600_000 * 2) / 1e6)
+    assert usage_cost(Pricing(per_request_usd=0.2), USAGE, cache_inside_input=True) == pytest.approx(0.2)
+
+
+def test_destination_fields_override_the_cost_model_field_by_field() -> None:
+    table = {"m": {"input_per_1m": 1, "output_per_1m": 2, "cache_read_per_1m": 0.1}}
+    prices = pricer({"kind": "static_table", "table": table}, pricing={"output_per_1m": 9, "per_request_usd": 0.5})
+    resolved = prices.resolve("a", "m")
+    assert resolved is not None
+    assert resolved.pricing == Pricing(input_per_1m=1, output_per_1m=9, cache_read_per_1m=0.1, per_request_usd=0.5)
+    assert resolved.sources == {"input_per_1m": "static_table:prices", "output_per_1m": "destination:a",
+                                "cache_read_per_1m": "static_table:prices", "per_request_usd": "destination:a"}
+    assert prices.cost("a", "m", Usage(input_tokens=1_000_000)) == pytest.approx(1.5)
+    assert prices.cost("a", "m", None) is None
+
+
+def test_upstream_id_first_then_client_id_and_provider_entries_first() -> None:
+    table = {"client": {"input_per_1m": 1}, "upstream": {"input_per_1m": 2}, "vendor_b/client": {"input_per_1m": 3}}
+    prices = pricer({"kind": "static_table", "table": table}, model_map={"client": "upstream"})
+    assert prices.cost("a", "client", Usage(input_tokens=1_000_000)) == pytest.approx(2)  # mapped id wins
+    assert prices.cost("b", "client", Usage(input_tokens=1_000_000)) == pytest.approx(3)  # provider entry wins
+    assert prices.cost("a", "unknown", Usage(input_tokens=1)) is None
+    assert prices.cost("nowhere", "client", Usage(input_tokens=1)) is None
+
+
+def test_seed_table_prices_well_known_models() -> None:
+    resolved = pricer({"kind": "seed"}).resolve("b", "claude-sonnet")
+    assert resolved is not None and resolved.source == "seed:prices"
+    assert resolved.pricing.input_per_1m == 3.0 and resolved.pricing.cache_write_1h_per_1m == 6.0
+
+
+def test_static_table_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text("models:\n  m: {input_per_1m: 4, output_per_1m: 8}\n")
+    prices = pricer({"kind": "static_table", "file": str(path)})
+    assert prices.cost("a", "m", Usage(input_tokens=500_000, output_tokens=500_000)) == pytest.approx(6)
+
+
+def test_layered_first_hit_wins() -> None:
+    layers = [{"name": "mine", "kind": "static_table", "table": {"claude-sonnet": {"input_per_1m": 99}}},
+              {"name": "base", "kind": "seed"}]
+    prices = pricer({"kind": "layered", "layers": layers})
+    sonnet, four_o = prices.resolve("a", "claude-sonnet"), prices.resolve("a", "gpt-4o")
+    assert sonnet is not None and sonnet.pricing.input_per_1m == 99
+    assert sonnet.source == "layered:prices/static_table:mine"
+    assert four_o is not None and four_o.pricing.input_per_1m == 2.5 and four_o.source == "layered:prices/seed:base"
+
+
+@pytest.mark.parametrize(("plugins", "problem"), [
+    ({"cost_model": {"name": "c", "kind": "static_table", "file": "x", "table": {"m": {}}}},
+     "plugins.cost_model: give `file` or `table`, not both"),
+    ({"cost_model": {"name": "c", "kind": "static_table", "table": {"m": {"inptu_per_1m": 1}}}},
+     "plugins.cost_model.table.m.inptu_per_1m: unknown key"),
+    ({"cost_model": {"name": "c", "kind": "static_table", "file": "/nonexistent/prices.yaml"}},
+     "plugins.cost_model.file: cannot read a price table from /nonexistent/prices.yaml"),
+    ({"cost_model": {"name": "c", "kind": "seed", "refresh": 1}}, "plugins.cost_model.refresh: unknown key"),
+    ({"cost_model": {"name": "c", "kind": "layered", "layers": [{"name": "s", "kind": "seed"},
+                                                               {"name": "h", "kind": "http_refresh"}]}},
+     "plugins.cost_model.layers[1].url: Field required"),
+    ({"rate_limiter": {"name": "r", "kind": "redis_window"}}, "plugins.rate_limiter.url: Field required"),
+    ({"rate_limiter": {"name": "r", "kind": "token_bucket", "url": "redis://x"}},
+     "plugins.rate_limiter.url: unknown key"),
+])
+def test_bad_plugin_options_fail_state_construction_naming_the_key(plugins: dict[str, Any], problem: str) -> None:
+    document = {**config(), "plugins": plugins, "rate_limits": [{"name": "r", "qpm": 1}]}
+    loaded = validate_document(document)
+    with pytest.raises(ConfigError) as raised:
+        build_state(loaded, UpstreamPool(), SharedParts(), GatewayMetrics())
+    assert any(found.startswith(problem) for found in raised.value.problems), raised.value.problems
+
+
+@contextmanager
+def gateway_with(document: dict[str, Any], base_dir: str | None = None) -> Iterator[GatewayThread]:
+    running = GatewayThread(document, base_dir).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def resolve(gateway: GatewayThread, **query: str) -> httpx.Response:
+    return httpx.get(f"{gateway.admin_url}/admin/v1/pricing/resolve", params=query)
+
+
+def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider) -> None:
+    primary.documents["/prices.json"] = {"m": {"input_per_1m": 1, "output_per_1m": 2}}
+    cost_model = {"kind": "http_refresh", "url": f"{primary.url}/prices.json", "refresh_interval_secs": 0.05}
+    with gateway_with(config(cost_model)) as gateway:
+        first = resolve(gateway, provider="vendor_a", model="m").json()
+        del primary.documents["/prices.json"]  # the next refreshes answer 404
+        fetches = len(primary.received)
+        poll(lambda: len(primary.received) >= fetches + 2)
+        kept = resolve(gateway, provider="vendor_a", model="m").json()
+        primary.documents["/prices.json"] = {"m": {"input_per_1m": 7}}
+        changed = poll(lambda: (found := resolve(gateway, provider="vendor_a", model="m").json())["pricing"]
+                       == {"input_per_1m": 7} and found)
+    assert first["pricing"] == {"input_per_1m": 1, "output_per_1m": 2} and first["source"] == "http_refresh:prices"
+    assert kept["pricing"] == first["pricing"]
+    assert changed
+
+
+def test_registry_prices_are_fetched_with_the_bearer_token(primary: FakeProvider, tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("registry-token\n")
+    primary.documents[REGISTRY_PATH] = {"data": [
+        {"id": "1", "type": "model_price", "provider": "vendor_a", "model": "m", "input_per_1m": 2,
+         "output_per_1m": 4, "cache_read_per_1m": None, "cache_write_per_1m": None,
+         "effective_from": "2025-01-01T00:00:00Z", "created_at": "2025-01-01T00:00:00Z"}], "next_page": None}
+    cost_model = {"kind": "registry", "base_url": primary.url, "bearer_token_file": str(tmp_path / "token")}
+    with gateway_with(config(cost_model)) as gateway:
+        found = resolve(gateway, provider="vendor_a", model="m")
+        other_provider = resolve(gateway, provider="vendor_b", model="m")
+    assert found.json()["pricing"] == {"input_per_1m": 2, "output_per_1m": 4}
+    assert found.json()["source"] == "registry:prices"
+    assert other_provider.status_code == 404
+    fetch = next(request for request in primary.received if request.path == REGISTRY_PATH)
+    assert fetch.headers["authorization"] == "Bearer registry-token"
+
+
+def test_resolve_endpoint_answers(primary: FakeProvider) -> None:
+    document = config({"kind": "seed"}, pricing={"input_per_1m": 0.5})
+    with gateway_with(document) as gateway:
+        at_destination = resolve(gateway, provider="vendor_a", model="gpt-4o", destination="a")
+        by_provider = resolve(gateway, provider="vendor_b", model="gpt-4o")
+        unknown = resolve(gateway, provider="vendor_b", model="nothing-like-it")
+        missing = resolve(gateway, provider="vendor_a")
+        wrong_provider = resolve(gateway, provider="vendor_b", model="gpt-4o", destination="a")
+    assert at_destination.status_code == 200
+    assert at_destination.json() == {
+        "provider": "vendor_a", "model": "gpt-4o", "destination": "a", "source": "destination:a+seed:prices",
+        "pricing": {"input_per_1m": 0.5, "output_per_1m": 10.0, "cache_read_per_1m": 1.25},
+        "sources": {"input_per_1m": "destination:a", "output_per_1m": "seed:prices",
+                    "cache_read_per_1m": "seed:prices"}}
+    assert by_provider.json()["destination"] is None and by_provider.json()["source"] == "seed:prices"
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    assert missing.status_code == 400 and missing.json()["error"]["code"] == "invalid_request"
+    assert wrong_provider.status_code == 400
+
+
+def test_resolve_without_a_cost_model(primary: FakeProvider) -> None:
+    with gateway_with(config(pricing={"input_per_1m": 0.5})) as gateway:
+        unavailable = resolve(gateway, provider="vendor_a", model="m")
+        own_pricing = resolve(gateway, provider="vendor_a", model="m", destination="a")
+        unpriced = resolve(gateway, provider="vendor_b", model="m", destination="b")
+    assert unavailable.status_code == 503 and unavailable.json()["error"]["code"] == "pricing_unavailable"
+    assert own_pricing.json()["pricing"] == {"input_per_1m": 0.5}
+    assert unpriced.status_code == 503
+
+
+def test_cost_is_cheap_and_follows_table_changes() -> None:
+    prices = pricer({"kind": "static_table", "table": {"m": {"input_per_1m": 1}}})
+    usage = Usage(input_tokens=1_000_000)
+    assert prices.cost("a", "m", usage) == pytest.approx(1)
+    assert prices.cost_model is not None
+    prices.cost_model.replace({"m": Pricing(input_per_1m=3)})
+    assert prices.cost("a", "m", usage) == pytest.approx(3)
+    asyncio.run(prices.cost_model.close())

@@ -1,0 +1,121 @@
+"""Spend budgets through a real gateway: the atomic reservation under a burst (local and Redis stores),
+reconciliation to the actual cost, release on failure, the `unpriced_model` modes, and the boot checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from gatewayproxy.config.loader import ConfigError, validate_document
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.limits_support import burst, chat, document, error_code, poll, redis_limiter
+
+pytestmark = pytest.mark.e2e
+SHARED_REDIS = "redis://127.0.0.1:6379/0"
+# Output at $1000 per million: a 1000-token output maximum reserves about $1; $1.50 leaves room for one.
+DEAR = {"input_per_1m": 1.0, "output_per_1m": 1000.0}
+ONE_AT_A_TIME = {"headers": {"enabled": True}, "admission": {"default_max_output_tokens": 1000}}
+# The fake provider's usage (11 input, 7 output tokens) at DEAR prices.
+ACTUAL_COST = (11 * 1.0 + 7 * 1000.0) / 1e6
+
+
+@contextmanager
+def running(config: dict[str, Any]) -> Iterator[GatewayThread]:
+    gateway = GatewayThread(config).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def budget_document(provider: FakeProvider, plugins: dict[str, Any] | None = None, **limit: Any) -> dict[str, Any]:
+    return document(provider, rate_limits=[{"name": "spend", "budget_usd_per_month": 1.5, **limit}],
+                    spend=ONE_AT_A_TIME, pricing=DEAR, plugins=plugins)
+
+
+@pytest.mark.parametrize("store", ["local", "redis"])
+def test_fifty_concurrent_requests_against_room_for_one_admit_exactly_one(primary: FakeProvider, store: str) -> None:
+    plugins = redis_limiter(SHARED_REDIS) if store == "redis" else None
+    with running(budget_document(primary, plugins)) as gateway:
+        primary.reset("delay:0.5")  # the admitted request holds its reservation while the others arrive
+        responses = burst(gateway.url, 50)
+    statuses = sorted(response.status_code for response in responses)
+    assert statuses == [200] + [429] * 49
+    refused = [response for response in responses if response.status_code == 429]
+    assert {error_code(response) for response in refused} == {"budget_exceeded"}
+    assert all(int(response.headers["retry-after"]) >= 1 for response in refused)
+    assert len(primary.received) == 1
+
+
+@pytest.mark.parametrize("store", ["local", "redis"])
+def test_reservation_is_reconciled_to_the_actual_cost(primary: FakeProvider, store: str) -> None:
+    plugins = redis_limiter(SHARED_REDIS) if store == "redis" else None
+    with running(budget_document(primary, plugins)) as gateway:
+        first = chat(gateway.url)
+        # Room for one reservation only: the next is admitted once the first is settled at its actual cost.
+        second = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
+    assert first.status_code == 200 and second
+    spent_before_second = 1.5 - float(second.headers["x-budget-remaining-usd"]) - \
+        (1.5 - float(first.headers["x-budget-remaining-usd"]))
+    assert spent_before_second == pytest.approx(ACTUAL_COST, abs=2e-6)
+
+
+def test_failed_request_releases_its_reservation(primary: FakeProvider) -> None:
+    with running(budget_document(primary)) as gateway:
+        primary.reset("500")
+        failed = chat(gateway.url)
+        later = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
+    assert failed.status_code == 502 and later
+    # Room for one reservation: the later request was admitted only because the failed one gave all of its back.
+    assert later.headers["x-budget-remaining-usd"] == failed.headers["x-budget-remaining-usd"]
+
+
+def test_daily_budget_is_enforced_too(primary: FakeProvider) -> None:
+    config = document(primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 0.5}], spend=ONE_AT_A_TIME,
+                      pricing=DEAR)
+    with running(config) as gateway:
+        refused = chat(gateway.url)
+    assert refused.status_code == 429 and error_code(refused) == "budget_exceeded"
+    assert 1 <= int(refused.headers["retry-after"]) <= 86_400
+
+
+@pytest.mark.parametrize(("mode", "status", "spent"), [
+    ("deny", 403, None),
+    ("estimate", 200, 0.25),
+    ("allow_untracked", 200, 0.0),
+])
+def test_unpriced_model_modes(primary: FakeProvider, mode: str, status: int, spent: float | None) -> None:
+    admission: dict[str, Any] = {"unpriced_model": mode}
+    if mode == "estimate":
+        admission["estimate_usd_per_request"] = 0.25
+    config = document(primary, rate_limits=[{"name": "spend", "budget_usd_per_month": 1}],
+                      spend={"headers": {"enabled": True}, "admission": admission},
+                      plugins={"cost_model": {"name": "prices", "kind": "static_table", "table": {"other": DEAR}}})
+    with running(config) as gateway:
+        first = chat(gateway.url)
+        second = chat(gateway.url)
+    assert first.status_code == status
+    if spent is None:
+        assert error_code(first) == "unpriced_model"
+        assert not primary.received
+        return
+    assert 1 - float(first.headers["x-budget-remaining-usd"]) == pytest.approx(spent)
+    assert 1 - float(second.headers["x-budget-remaining-usd"]) == pytest.approx(spent * 2)
+
+
+@pytest.mark.parametrize("field", ["budget_usd_per_month", "budget_usd_per_day"])
+def test_budget_without_any_price_fails_boot_naming_the_key(primary: FakeProvider, field: str) -> None:
+    config = document(primary, rate_limits=[{"name": "spend", field: 1}])
+    with pytest.raises(ConfigError) as raised:
+        validate_document(config)
+    assert raised.value.problems == [f"rate_limits[0].{field}: needs destination pricing or plugins.cost_model"]
+
+
+def test_daily_budget_is_deprecated_at_boot(primary: FakeProvider) -> None:
+    loaded = validate_document(document(primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 1}],
+                                        pricing=DEAR))
+    assert any("budget_usd_per_day is deprecated" in warning for warning in loaded.warnings)

@@ -1,0 +1,90 @@
+"""Usage records through a real gateway and the `stdout` sink: plain, streamed (no usage asked for) and
+translated requests, tags from the allowlist, and no record for a request that never reached an upstream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
+    document = two_shapes(static_vault(tmp_path, {"a": "key-a", "b": "key-b"}), primary, secondary,
+                          plugins={"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
+                          spend={"request_tag_allowlist": ["team", "Project"]})
+    running = GatewayThread(document).start()
+    yield running
+    running.stop()
+
+
+class StdoutRecords:
+    """The JSON lines the stdout sink printed so far."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.lines: list[dict[str, Any]] = []
+
+    def of(self, request_id: str) -> dict[str, Any]:
+        """The record of one request, waiting for it."""
+        def found() -> dict[str, Any] | None:
+            self.lines += [json.loads(line) for line in self.capsys.readouterr().out.splitlines()
+                           if line.startswith("{")]
+            return next((record for record in self.lines if record["request_id"] == request_id), None)
+
+        record: dict[str, Any] = wait_until(found, what=f"the usage record of {request_id}")
+        return record
+
+
+def test_plain_request_record(gateway: GatewayThread, capsys: pytest.CaptureFixture[str]) -> None:
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-large", "messages": HI},
+                          headers={"x-gateway-tag-team": "red", "x-gateway-tag-unlisted": "no"})
+    assert response.status_code == 200
+    record = StdoutRecords(capsys).of(response.headers["x-request-id"])
+    assert {key: record[key] for key in ("kind", "principal", "route", "destination", "provider", "model",
+                                         "input_tokens", "output_tokens", "cache_read_tokens",
+                                         "cache_write_tokens", "reasoning_tokens", "cost_usd", "status",
+                                         "streamed", "tags", "scope")} == {
+        "kind": "chat", "principal": "anonymous", "route": "to_a", "destination": "shape_a",
+        "provider": "vendor_a", "model": "a-large", "input_tokens": 11, "output_tokens": 7,
+        "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0, "cost_usd": None, "status": 200,
+        "streamed": False, "tags": {"team": "red"}, "scope": {}}
+    assert record["latency_ms"] > 0 and record["ts"].endswith("+00:00")
+
+
+def test_streamed_request_is_counted_without_asking_for_usage(gateway: GatewayThread,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    body = {"model": "a-large", "messages": HI, "stream": True, "metadata": {"project": "apollo", "x": "y"}}
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body) as response:
+        events = response.read().decode()
+    assert '"usage"' not in events
+    record = StdoutRecords(capsys).of(response.headers["x-request-id"])
+    assert (record["streamed"], record["input_tokens"], record["output_tokens"]) == (True, 11, 7)
+    assert record["tags"] == {"Project": "apollo"}
+
+
+def test_translated_request_record(gateway: GatewayThread, capsys: pytest.CaptureFixture[str]) -> None:
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "b-small", "messages": HI})
+    assert response.status_code == 200 and response.json()["usage"]["prompt_tokens"] == 13
+    record = StdoutRecords(capsys).of(response.headers["x-request-id"])
+    assert (record["provider"], record["destination"], record["model"]) == ("vendor_b", "shape_b", "b-small")
+    assert (record["input_tokens"], record["output_tokens"], record["kind"]) == (13, 5, "chat")
+
+
+def test_refused_request_has_no_usage_record(gateway: GatewayThread, capsys: pytest.CaptureFixture[str]) -> None:
+    refused = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "unrouted", "messages": HI})
+    served = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-large", "messages": HI})
+    assert refused.status_code == 404
+    records = StdoutRecords(capsys)
+    records.of(served.headers["x-request-id"])
+    assert refused.headers["x-request-id"] not in {record["request_id"] for record in records.lines}
