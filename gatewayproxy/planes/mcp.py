@@ -91,12 +91,17 @@ async def inspected_tool_result(context: RequestContext, upstream: UpstreamRespo
     """The upstream's whole answer to a `tools/call`, relayed once the output inspectors have seen its result (they
     raise to block it)."""
     body = await upstream.read()
-    context.output_text = tool_result_text(upstream.header(b"content-type") or b"", body, rpc_id)
+    await inspect_tool_result(context, upstream.header(b"content-type") or b"", body, rpc_id)
+    return Response(upstream.status, relayed_headers(upstream, UNRELAYED), body)
+
+
+async def inspect_tool_result(context: RequestContext, content_type: bytes, body: bytes, rpc_id: Any) -> None:
+    """Show the output inspectors the `tools/call` result answering `rpc_id` (they raise to block it)."""
+    context.output_text = tool_result_text(content_type, body, rpc_id)
     context.output_complete = True
     if context.output_text:
         for stage in context.state.output_inspectors:
             await stage.inspect_output(context, context.output_text)
-    return Response(upstream.status, relayed_headers(upstream, UNRELAYED), body)
 
 
 @dataclasses.dataclass(frozen=True)

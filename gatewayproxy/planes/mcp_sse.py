@@ -16,10 +16,19 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.sse import SseDecoder, encode_event
 from gatewayproxy.pipeline.context import RequestContext
-from gatewayproxy.planes.mcp import SESSION_HEADER, McpProxy, SessionOwner
+from gatewayproxy.pipeline.stages import admit
+from gatewayproxy.planes.mcp import (
+    SESSION_HEADER,
+    TOOLS_CALL,
+    McpProxy,
+    SessionOwner,
+    governed_message,
+    inspect_tool_result,
+    jsonrpc_id,
+)
 from gatewayproxy.server.protocol import Response
 
 SSE_PATH = "/v1/mcp/sse"
@@ -97,23 +106,41 @@ class SseBridge:
         return session
 
     async def _deliver(self, context: RequestContext) -> Response:
+        """Relay one message; a failure to relay it (a refusal by a stage included) answers the message on the
+        stream, where an SSE client waits for its answer."""
         session = self._session(context)
+        try:
+            messages = await self._relay(context, session)
+        except GatewayError as error:
+            context.error_code = error.code.value
+            rpc_id = jsonrpc_id(context.request.body)
+            messages = [orjson.dumps(error_body(Protocol.JSONRPC, error.code.value, error.message, error.status,
+                                                rpc_id))]
+        for message in messages:
+            session.outgoing.put_nowait(encode_event(message, "message"))
+        return Response(202, [(b"content-type", b"text/plain")], b"Accepted")
+
+    async def _relay(self, context: RequestContext, session: SseSession) -> list[bytes]:
+        """The upstream's answers to one message, after the stages admitted it and judged a tool's result."""
         destination = context.state.config.destinations.get(session.owner.destination)
         if destination is None:
             raise GatewayError(ErrorCode.NO_ROUTE, f"destination {session.owner.destination!r} is gone")
         context.destination = session.owner.destination
+        message = context.body = governed_message(context)
+        await admit(context.state.stages, context)
+        body = context.request.body if context.body is message else orjson.dumps(context.body)
         headers = UPSTREAM_HEADERS
         if session.upstream_session is not None:
             headers = [*headers, (SESSION_HEADER.encode(), session.upstream_session)]
-        upstream = await self.proxy.call(context, destination, b"POST", headers, context.request.body)
+        upstream = await self.proxy.call(context, destination, b"POST", headers, body)
         session.upstream_session = upstream.header(SESSION_HEADER.encode()) or session.upstream_session
-        body = await upstream.read()
+        content_type = upstream.header(b"content-type") or b""
+        answer = await upstream.read()
         if upstream.status >= 400:
             raise GatewayError(ErrorCode.UPSTREAM_ERROR, f"MCP server answered {upstream.status}")
+        if context.state.output_inspectors and message.get("method") == TOOLS_CALL:
+            await inspect_tool_result(context, content_type, answer, message.get("id"))
         try:
-            messages = upstream_messages(upstream.header(b"content-type") or b"", body)
+            return upstream_messages(content_type, answer)
         except orjson.JSONDecodeError:
             raise GatewayError(ErrorCode.UPSTREAM_ERROR, "MCP server answered with invalid JSON") from None
-        for message in messages:
-            session.outgoing.put_nowait(encode_event(message, "message"))
-        return Response(202, [(b"content-type", b"text/plain")], b"Accepted")

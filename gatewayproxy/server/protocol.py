@@ -80,6 +80,7 @@ class HttpProtocol(asyncio.Protocol):
         self._flow = FlowControl()
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
+        self._held = bytearray()
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
 
@@ -107,6 +108,13 @@ class HttpProtocol(asyncio.Protocol):
         self._flow.resume()
 
     def data_received(self, data: bytes) -> None:
+        if self._task is not None:
+            # Reading resumes while a response streams, only so that a departed client is noticed at once; bytes
+            # of a next request wait until this one is answered.
+            self._held += data
+            assert self._transport is not None
+            self._transport.pause_reading()
+            return
         starting = self._http.waiting_for_request
         events = self._http.receive(data)
         if starting and self._task is None:
@@ -163,6 +171,7 @@ class HttpProtocol(asyncio.Protocol):
             transport.write(self._http.send_response(response.status, headers, response.body))
             return
         transport.write(self._http.send_head(response.status, headers))
+        transport.resume_reading()
         async for chunk in response.stream:
             transport.write(self._http.send_data(chunk))
             await self._flow.drain()
@@ -177,6 +186,9 @@ class HttpProtocol(asyncio.Protocol):
         self._arm_timer(self._timeouts.idle)
         self._transport.resume_reading()
         self._dispatch(self._http.pending_events())
+        if self._held and self._task is None:
+            held, self._held = bytes(self._held), bytearray()
+            self.data_received(held)
 
     def close_if_idle(self) -> None:
         """Close now unless a request is in flight (used by shutdown)."""

@@ -38,7 +38,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServ
     directory = tmp_path_factory.mktemp("mcp-governed")
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token"}))
     (directory / "acl.yaml").write_text(yaml.safe_dump({"rules": [
-        {"principal": "alice", "paths": ["/v1/mcp"], "mcp_tools": ["echo"]}]}))
+        {"principal": "alice", "paths": ["/v1/mcp", "/v1/mcp/sse"], "mcp_tools": ["echo"]}]}))
     document = {
         "identity": write_identity(directory),
         "vaults": [{"name": "files", "resolver": "static_file", "file": str(directory / "vault.yaml")}],
@@ -125,3 +125,29 @@ def test_a_batch_cannot_slip_past_the_stages(gateway: GatewayThread, session: st
     response = httpx.post(f"{gateway.url}/v1/mcp", json=batch, headers={
         "accept": ACCEPT, "authorization": "Bearer key-alice", "mcp-session-id": session})
     assert response.status_code == 400 and response.json()["error"]["data"] == {"code": "invalid_request"}
+
+
+def test_the_sse_transport_is_governed_like_streamable_http(gateway: GatewayThread) -> None:
+    """On `/v1/mcp/sse` a refused message is answered on the event stream, where the client waits for it."""
+    headers = {"authorization": "Bearer key-alice", "accept": "text/event-stream"}
+    with httpx.stream("GET", f"{gateway.url}/v1/mcp/sse", headers=headers) as stream:
+        events = (line.removeprefix("data: ") for line in stream.iter_lines() if line.startswith("data: "))
+        endpoint = f"{gateway.url}{next(events)}"
+
+        def send(message: dict[str, Any]) -> dict[str, Any]:
+            accepted = httpx.post(endpoint, json=message, headers={"authorization": "Bearer key-alice"})
+            assert accepted.status_code == 202
+            return dict(json.loads(next(events))) if "id" in message else {}
+
+        assert send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE})["result"]
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        tool = {"jsonrpc": "2.0", "method": "tools/call"}
+        denied = send({**tool, "id": 2, "params": {"name": "add", "arguments": {"a": 1, "b": 2}}})
+        blocked_in = send({**tool, "id": 3, "params": {"name": "echo", "arguments": {"text": "mail a@b.example"}}})
+        blocked_out = send({**tool, "id": 4, "params": {"name": "echo", "arguments": {"text": "the top secret"}}})
+        served = send({**tool, "id": 5, "params": {"name": "echo", "arguments": {"text": "hello"}}})
+    assert denied["id"] == 2 and denied["error"]["data"] == {"code": "forbidden"}
+    assert blocked_in["id"] == 3 and blocked_in["error"]["data"] == {"code": "guardrail_blocked_input"}
+    assert blocked_out["id"] == 4 and blocked_out["error"]["data"] == {"code": "guardrail_blocked_output"}
+    assert "top secret" not in json.dumps(blocked_out)
+    assert served["result"]["content"][0]["text"] == "echo: hello"

@@ -109,6 +109,21 @@ def test_keep_alive_and_pipelining(gateway: GatewayThread) -> None:
     assert data.startswith(b"HTTP/1.1 200 ")
 
 
+def test_a_request_pipelined_behind_a_stream_waits_its_turn(gateway: GatewayThread, primary: FakeProvider) -> None:
+    """Reading goes on while a response streams (to notice a departed client); a request that arrives meanwhile is
+    held and answered after the stream, on the same connection."""
+    primary.reset("big_stream")
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    with connect(gateway) as sock:
+        sock.sendall(chat_request(body=body))
+        data = read_until(sock, b"data: ")
+        sock.sendall(chat_request())
+        data += read_until(sock, b"Hello from primary")
+    streamed, _, answered = data.partition(b"data: [DONE]")
+    assert streamed.count(BIG_STREAM_TEXT.encode()) == BIG_STREAM_FRAMES
+    assert b"HTTP/1.1 200 " in answered and b"Hello from primary" in answered
+
+
 def test_slow_request_is_cut_off(gateway: GatewayThread) -> None:
     with connect(gateway) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n")

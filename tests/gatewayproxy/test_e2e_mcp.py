@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,6 +168,20 @@ def test_an_sse_stream_is_bound_to_the_principal_that_opened_it(mcp_gateway: Gat
         assert own.status_code == 202
         answer = next(line for line in lines if line.startswith("data: "))
     assert json.loads(answer.removeprefix("data: "))["result"]["serverInfo"]["name"] == "notes"
+
+
+def test_a_departed_sse_client_frees_its_connection_at_once(mcp_gateway: GatewayThread) -> None:
+    """The stream is quiet (no keepalive for 15 s), yet the gateway notices the client left as soon as it closes."""
+    assert mcp_gateway.gateway.data is not None
+    tracker = mcp_gateway.gateway.data.tracker
+    opened = {"authorization": "Bearer key-alice", "accept": "text/event-stream"}
+    with httpx.stream("GET", f"{mcp_gateway.url}/v1/mcp/sse", headers=opened) as stream:
+        next(line for line in stream.iter_lines() if line.startswith("data: "))
+        assert tracker.busy == 1
+    deadline = time.monotonic() + 2
+    while tracker.busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tracker.busy == 0
 
 
 def test_deprecated_alias_serves_and_says_so(mcp_gateway: GatewayThread) -> None:
