@@ -101,7 +101,9 @@ async def measure(name: str, port: int, path: str, *, requests: int, seconds: fl
     return Figures(name, c1, c32, stream)
 
 
-def gateway_config(directory: Path, provider_port: int, port: int) -> Path:
+def gateway_config(directory: Path, provider_port: int, port: int, *, governed: bool = False) -> Path:
+    """The gateway's config; `governed` adds every governance stage the issue names: a Redis rate limit with
+    token and spend budgets (spend admission), a pii_regex guardrail and a stdout usage sink."""
     keys = directory / "keys.yaml"
     keys.write_text(yaml.safe_dump({"keys": [{"sha256": hashlib.sha256(b"bench").hexdigest(), "principal": "b"}]}))
     config = {
@@ -123,7 +125,16 @@ def gateway_config(directory: Path, provider_port: int, port: int) -> Path:
             }
         ],
     }
-    path = directory / "gateway.yaml"
+    if governed:
+        config["destinations"]["fake"]["pricing"] = {"input_per_1m": 1.0, "output_per_1m": 2.0}
+        config["plugins"] = {
+            "rate_limiter": {"name": "shared", "kind": "redis_window", "url": "redis://127.0.0.1:6379/0",
+                             "key_prefix": f"bench:{os.getpid()}:"},
+            "guardrails": [{"name": "pii", "kind": "pii_regex"}],
+            "usage_sinks": [{"name": "out", "kind": "stdout"}],
+        }
+        config["rate_limits"] = [{"name": "everyone", "qpm": 10**9, "tpm": 10**12, "budget_usd_per_month": 10**9}]
+    path = directory / ("governed.yaml" if governed else "gateway.yaml")
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -220,20 +231,21 @@ def main() -> None:
         others = [run_target("fake provider on core 0 (cross-core reference)",
                              [sys.executable, "-m", "bench.gateway.fake_provider", str(port)], {}, port,
                              f"http://127.0.0.1:{port}/", "/v1/chat/completions", args)]
-        port = free_port()
-        config = gateway_config(directory, provider_port, port)
-        admin = yaml.safe_load(config.read_text())["server"]["admin_listen"]
-        others.append(
-            run_target(
-                "this gateway (1 worker)",
-                [sys.executable, "manage.py", "rungateway", "--config", str(config)],
-                {"BENCH_PROVIDER_KEY": "bench"},
-                port,
-                f"http://{admin}/readyz",
-                "/v1/chat/completions",
-                args,
+        for name, governed in (("this gateway (1 worker)", False), ("this gateway + governance (1 worker)", True)):
+            port = free_port()
+            config = gateway_config(directory, provider_port, port, governed=governed)
+            admin = yaml.safe_load(config.read_text())["server"]["admin_listen"]
+            others.append(
+                run_target(
+                    name,
+                    [sys.executable, "manage.py", "rungateway", "--config", str(config)],
+                    {"BENCH_PROVIDER_KEY": "bench"},
+                    port,
+                    f"http://{admin}/readyz",
+                    "/v1/chat/completions",
+                    args,
+                )
             )
-        )
         if args.litellm:
             port = free_port()
             command = [

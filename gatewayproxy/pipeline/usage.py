@@ -13,8 +13,8 @@ from gatewayproxy.pipeline.context import RequestContext, Usage
 from gatewayproxy.pipeline.stages import Stage, StageDeps
 from gatewayproxy.plugins.sinks.base import Record, SinkError
 from gatewayproxy.plugins.sinks.catalog import build_pipelines
+from gatewayproxy.plugins.sinks.ledger import GROUP_COLUMNS, Ledger, LedgerQuery
 from gatewayproxy.plugins.sinks.pipeline import SinkPipeline
-from gatewayproxy.plugins.sinks.postgres import GROUP_COLUMNS, LedgerQuery, PostgresSink
 
 if TYPE_CHECKING:
     from gatewayproxy.state import GatewayState
@@ -95,9 +95,9 @@ class UsageStage(Stage):
         self.allowlist = {key.lower(): key for key in tag_allowlist}
 
     @property
-    def ledger(self) -> PostgresSink | None:
+    def ledger(self) -> Ledger | None:
         """The first `postgres` sink, which answers the usage query."""
-        return next((pipeline.sink for pipeline in self.pipelines if isinstance(pipeline.sink, PostgresSink)), None)
+        return next((pipeline.sink for pipeline in self.pipelines if isinstance(pipeline.sink, Ledger)), None)
 
     async def start(self) -> None:
         for pipeline in self.pipelines:

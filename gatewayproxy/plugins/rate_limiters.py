@@ -15,12 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import redis.asyncio as redis
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.plugins.kinds import canonical_kind
@@ -236,6 +232,13 @@ class RedisWindowStore:
         self.deny_when_down = failure_mode == "deny"
         self.fallback = fallback
         self.metrics = metrics
+        # redis-py brings OpenTelemetry along (about 20 MB a worker): imported only where Redis is configured.
+        import redis.asyncio as redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import RedisError
+
+        self.failures = (RedisError, OSError, TimeoutError)
         # A bursty caller waits for a free connection instead of failing over. A down Redis refuses connections
         # at once; the longer connect timeout only keeps a burst of new connections from looking like an outage.
         pool = redis.BlockingConnectionPool.from_url(
@@ -259,7 +262,7 @@ class RedisWindowStore:
         if self.outage.should_try():
             try:
                 result = await self._call("acquire", charges, [charge.amount for charge in charges], 0)
-            except (RedisError, OSError, TimeoutError) as error:
+            except self.failures as error:
                 self.outage.failed(error)
             else:
                 self.outage.recovered()
@@ -274,7 +277,7 @@ class RedisWindowStore:
     async def adjust(self, charges: Sequence[Charge], deltas: Sequence[int], stamp: int) -> None:
         try:
             await self._call("adjust", charges, deltas, stamp)
-        except (RedisError, OSError, TimeoutError) as error:
+        except self.failures as error:
             logger.debug("rate limiter %s: settlement lost: %s", self.name, error)
 
     async def close(self) -> None:

@@ -15,8 +15,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import redis.asyncio as redis
-
 from gatewayproxy.config.models import GuardrailSource, GuardrailState
 from gatewayproxy.plugins.decisions import BackendError, post_json
 from gatewayproxy.policy.sources import Session
@@ -117,6 +115,9 @@ class RedisState:
         assert config.url is not None
         self.ttls = config
         self.prefix = config.key_prefix + "guardrail:"
+        import redis.asyncio as redis  # with OpenTelemetry in tow: imported only where Redis state is configured
+
+        self.failures = (redis.RedisError, OSError)
         self.client = redis.Redis.from_url(config.url)
         self.write_back = write_back
         self._queue: asyncio.Queue[Tally] = asyncio.Queue(WRITE_QUEUE_SIZE)
@@ -164,7 +165,7 @@ class RedisState:
                     pipeline.hincrbyfloat(self.prefix + key, "cost_usd", tally.cost_usd)
                     pipeline.expire(self.prefix + key, ttl)
                 results = await pipeline.execute()
-        except (redis.RedisError, OSError) as error:
+        except self.failures as error:
             logger.error("guardrail state write failed: %s", error)
             return
         if self.write_back is not None and tally.session is not None:

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from gatewayproxy.pipeline.usage import AVRO_SCHEMA
-from gatewayproxy.plugins.sinks.kafka import AvroEncoding, JsonEncoding, SchemaRegistry
+from gatewayproxy.plugins.sinks.kafka import AvroEncoding, JsonEncoding
+from gatewayproxy.plugins.sinks.kafka_options import SchemaRegistry
 from gatewayproxy.server.upstream import UpstreamPool
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gatewayproxy.plugins.sinks.postgres import PostgresOptions, PostgresSink
+from gatewayproxy.plugins.sinks.ledger import PostgresOptions
+from gatewayproxy.plugins.sinks.postgres import PostgresSink
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.sinks_support import (

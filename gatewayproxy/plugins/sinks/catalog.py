@@ -11,22 +11,35 @@ from gatewayproxy.plugins.kinds import canonical_kind
 from gatewayproxy.plugins.sinks.base import Sink, SinkOptions
 from gatewayproxy.plugins.sinks.ext_proc import ExtProcOptions, ExtProcSink
 from gatewayproxy.plugins.sinks.file import FileOptions, FileSink
-from gatewayproxy.plugins.sinks.kafka import KafkaOptions, KafkaSink
+from gatewayproxy.plugins.sinks.kafka_options import KafkaOptions
+from gatewayproxy.plugins.sinks.ledger import PostgresOptions
 from gatewayproxy.plugins.sinks.pipeline import SinkMetrics, SinkPipeline
-from gatewayproxy.plugins.sinks.postgres import PostgresOptions, PostgresSink
 from gatewayproxy.plugins.sinks.registry import RegistryOptions, RegistrySink
 from gatewayproxy.plugins.sinks.stdout import StdoutOptions, StdoutSink
 
 if TYPE_CHECKING:
     from gatewayproxy.pipeline.stages import StageDeps
 
+
+def _postgres(deps: StageDeps, options: Any, schema: dict[str, Any]) -> Sink:
+    from gatewayproxy.plugins.sinks.postgres import PostgresSink  # psycopg: only where a ledger is configured
+
+    return PostgresSink(options)
+
+
+def _kafka(deps: StageDeps, options: Any, schema: dict[str, Any]) -> Sink:
+    from gatewayproxy.plugins.sinks.kafka import KafkaSink  # aiokafka and fastavro: only where Kafka is configured
+
+    return KafkaSink(deps.pool, options, schema)
+
+
 # kind -> (its options model, a factory of the sink from deps, options and the slot's Avro schema)
 SinkFactory = Callable[["StageDeps", Any, dict[str, Any]], Sink]
 KINDS: dict[str, tuple[type[SinkOptions], SinkFactory]] = {
     "stdout": (StdoutOptions, lambda deps, options, schema: StdoutSink(options)),
     "file": (FileOptions, lambda deps, options, schema: FileSink(options)),
-    "postgres": (PostgresOptions, lambda deps, options, schema: PostgresSink(options)),
-    "kafka": (KafkaOptions, lambda deps, options, schema: KafkaSink(deps.pool, options, schema)),
+    "postgres": (PostgresOptions, _postgres),
+    "kafka": (KafkaOptions, _kafka),
     "registry": (RegistryOptions, lambda deps, options, schema: RegistrySink(deps.pool, options)),
     "ext_proc": (ExtProcOptions, lambda deps, options, schema: ExtProcSink(deps.pool, options)),
 }

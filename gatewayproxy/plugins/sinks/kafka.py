@@ -5,56 +5,19 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any, Literal
+from typing import Any
 
 import fastavro
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from pydantic import Field, model_validator
 
-from gatewayproxy.config.models import FilePath
-from gatewayproxy.plugins.decisions import BackendError, PluginOptions, post_json
-from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError, SinkOptions
+from gatewayproxy.plugins.decisions import BackendError, post_json
+from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError
+from gatewayproxy.plugins.sinks.kafka_options import KafkaOptions, SchemaRegistry
 from gatewayproxy.server.upstream import UpstreamPool
 
 AVRO_MAGIC = b"\x00"
-SCHEMA_REGISTRY_TIMEOUT_MS = 3000
-
-
-class Serialization(PluginOptions):
-    """`format`: `json` (default) or `avro`."""
-
-    format: Literal["json", "avro"] = "json"
-
-
-class SchemaRegistry(PluginOptions):
-    """Where the Avro schema is registered; `subject` defaults to `<topic>-value`."""
-
-    url: str
-    subject: str | None = None
-    bearer_token_file: FilePath | None = None
-    timeout_ms: int = Field(default=SCHEMA_REGISTRY_TIMEOUT_MS, gt=0)
-
-
-class KafkaOptions(SinkOptions):
-    """`bootstrap_servers` (a `host:port` list or comma-separated string) and `topic`; Avro needs a
-    `schema_registry`."""
-
-    bootstrap_servers: str | list[str]
-    topic: str
-    client_id: str = "gateway"
-    acks: Literal["all", 0, 1] = "all"
-    serialization: Serialization = Serialization()
-    schema_registry: SchemaRegistry | None = None
-
-    @model_validator(mode="after")
-    def _avro_needs_a_registry(self) -> KafkaOptions:
-        if self.serialization.format == "avro" and self.schema_registry is None:
-            raise ValueError("`serialization.format: avro` requires a `schema_registry` block")
-        return self
-
-
 class JsonEncoding:
     """Records as JSON documents."""
 

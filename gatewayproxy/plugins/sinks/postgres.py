@@ -3,19 +3,16 @@ NOTHING`, so a replayed batch changes nothing), created when missing; and the gr
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from pydantic import Field, model_validator
 
-from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError, SinkOptions
+from gatewayproxy.plugins.sinks.base import Record, SinkError
+from gatewayproxy.plugins.sinks.ledger import Ledger, LedgerQuery, PostgresOptions
 
-TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$")
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("request_id", "text PRIMARY KEY"), ("ts", "timestamptz NOT NULL"), ("kind", "text"), ("principal", "text"),
@@ -25,43 +22,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("streamed", "boolean"), ("tags", "jsonb NOT NULL DEFAULT '{}'"),
 )
 JSON_COLUMNS = frozenset({"scope", "tags"})
-# Grouping keys other than `day` and `dim.<name>`: plain columns.
-GROUP_COLUMNS = ("principal", "route", "destination", "provider", "model")
-
-
-class PostgresOptions(SinkOptions):
-    """`dsn` (or `url`): a libpq connection string or URL; `table`: the ledger table (optionally
-    schema-qualified)."""
-
-    dsn: str | None = None
-    url: str | None = None
-    table: str = "gateway_usage"
-    connect_timeout_ms: int = Field(default=3000, ge=1000)
-    query_timeout_ms: int = Field(default=5000, gt=0)
-
-    @model_validator(mode="after")
-    def _one_connection_string(self) -> PostgresOptions:
-        if (self.dsn is None) == (self.url is None):
-            raise ValueError("exactly one of `dsn` and `url` is required")
-        if not TABLE_NAME.match(self.table):
-            raise ValueError(f"table: {self.table!r} is not a plain (optionally schema-qualified) identifier")
-        return self
-
-    @property
-    def conninfo(self) -> str:
-        """The connection string."""
-        return self.dsn or self.url or ""
-
-
-@dataclass(frozen=True)
-class LedgerQuery:
-    """A validated `GET /admin/v1/spend/usage`: the time window, grouping keys and scope filters."""
-
-    start: datetime | None
-    end: datetime | None
-    group_by: tuple[str, ...]
-    dimensions: dict[str, str]
-    timezone: str
 
 
 def _group_expression(key: str, timezone: str) -> sql.Composable:
@@ -72,7 +32,7 @@ def _group_expression(key: str, timezone: str) -> sql.Composable:
     return sql.Identifier(key)
 
 
-class PostgresSink(Sink):
+class PostgresSink(Ledger):
     """Keeps one connection (reopened after a failure) and writes each batch in one transaction."""
 
     def __init__(self, options: PostgresOptions) -> None:
