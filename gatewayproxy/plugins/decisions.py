@@ -27,7 +27,12 @@ class PluginOptions(BaseModel):
 
 
 class BackendError(Exception):
-    """A decision backend failed: unreachable, too slow, or an answer that is not a decision."""
+    """A decision backend failed: unreachable, too slow, or an answer that is not a decision. `status` is the HTTP
+    status of an answer that was not a 2xx."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def plugin_options(model: type[Options], instance: PluginInstance, key: str,
@@ -73,7 +78,7 @@ async def post_json(pool: UpstreamPool, url: str, document: Any, timeout_seconds
     except (UpstreamError, OSError) as error:
         raise BackendError(str(error)) from None
     if not 200 <= response.status < 300:
-        raise BackendError(f"answered HTTP {response.status}")
+        raise BackendError(f"answered HTTP {response.status}", response.status)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -119,6 +119,33 @@ def test_allow_keeps_serving_while_the_processor_fails(tmp_path: Path, primary: 
         gateway.stop()
 
 
+def test_a_rejected_batch_is_dropped_not_retried_forever(tmp_path: Path, primary: FakeProvider,
+                                                         secondary: FakeProvider,
+                                                         processor: RecordingProcessor) -> None:
+    """A 4xx says the batch itself is bad: it is counted as dropped instead of being spooled and replayed, so it
+    cannot hold up the records behind it; a 429 is only a busy processor and is retried from the spool."""
+    spool = {"directory": str(tmp_path / "spool"), "retry_interval_ms": 100}
+    processor.refusing_with = 400
+    gateway = start_gateway(tmp_path, primary, secondary, [
+        {"name": "proc", "kind": "ext_proc", "url": processor.url, "failure_mode": "allow", "flush_interval_ms": 0,
+         "spool": spool}])
+    try:
+        assert chat(gateway, "key-alice").status_code == 200
+        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
+                                  outcome="dropped") == 1, what="the rejected batch counted")
+        processor.refusing_with = 429
+        assert chat(gateway, "key-alice").status_code == 200
+        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
+                                  outcome="spooled") == 1, what="the throttled batch spooled")
+        processor.refusing_with = None
+        wait_until(lambda: len(processor.records) == 1, what="the throttled batch replayed")
+        assert chat(gateway, "key-alice").status_code == 200
+        wait_until(lambda: len(processor.records) == 2, what="the next batch written")
+        assert metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="dropped") == 1
+    finally:
+        gateway.stop()
+
+
 def test_a_bad_sink_option_fails_boot_naming_the_key(tmp_path: Path, primary: FakeProvider,
                                                      secondary: FakeProvider) -> None:
     document = two_shapes(static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary, plugins={

@@ -16,6 +16,11 @@ class SinkError(Exception):
     """A batch could not be written (the sink is unreachable, refused it, or was too slow); retry it later."""
 
 
+class SinkRejected(SinkError):
+    """The sink judged the batch itself invalid (an HTTP 4xx other than 408 and 429): retrying cannot help, so the
+    batch is dropped and counted instead of holding up every record behind it."""
+
+
 class SpoolOptions(PluginOptions):
     """The local spool that keeps records while their sink is failing or the queue is full."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError, SinkOptions
+from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError, SinkOptions, SinkRejected
 from gatewayproxy.plugins.sinks.spool import Spool
 
 logger = logging.getLogger("gatewayproxy.sinks")
@@ -137,6 +137,10 @@ class SinkPipeline:
         try:
             async with self._write_lock, asyncio.timeout(self.options.write_timeout_ms / 1000):
                 await self.sink.write(batch)
+        except SinkRejected as error:
+            self.failing = False
+            self._drop(len(batch), f"the sink rejected them: {error}")
+            return
         except Exception as error:
             self.failing = True
             reason = "timed out" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {error}"

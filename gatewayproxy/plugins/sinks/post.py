@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from gatewayproxy.plugins.decisions import BackendError, post_json
-from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError
+from gatewayproxy.plugins.sinks.base import Record, Sink, SinkError, SinkRejected
 from gatewayproxy.server.upstream import UpstreamPool
+
+RETRYABLE_CLIENT_ERRORS = frozenset({408, 429})
 
 
 class PostSink(Sink):
@@ -17,4 +19,7 @@ class PostSink(Sink):
         try:
             await post_json(self.pool, self.url, {"records": batch}, self.timeout_seconds, self.token_file)
         except BackendError as error:
+            status = error.status or 0
+            if 400 <= status < 500 and status not in RETRYABLE_CLIENT_ERRORS:
+                raise SinkRejected(str(error)) from None
             raise SinkError(str(error)) from None
