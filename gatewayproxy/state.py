@@ -75,8 +75,8 @@ def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, m
     vaults = {vault.name: build_vault(vault, fetch) for vault in config.vaults}
     adapters = {name: adapter_class(destination.kind)(name, destination, vaults[destination.credentials.vault])
                 for name, destination in config.destinations.items() if destination.kind in MODEL_KINDS}
-    pricer = Pricer(config, fetch)
     base_dir = os.path.dirname(os.path.abspath(loaded.source)) if loaded.source else None
+    pricer = Pricer(config, fetch, base_dir)
     stages = build_stages(StageDeps(config=config, fetch=fetch, pool=pool, shared=shared, metrics=metrics,
                                     pricer=pricer, base_dir=base_dir))
     return GatewayState(loaded=loaded, identity=IdentityStage(config.identity, config.spend, fetch),

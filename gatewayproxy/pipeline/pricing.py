@@ -72,10 +72,11 @@ def _overlay(found: tuple[Pricing, str] | None, destination: str | None, own: Pr
 class Pricer:
     """Turns a destination, a model and token counts into USD; `None` when the request has no price."""
 
-    def __init__(self, config: GatewayConfig, fetch: Fetch) -> None:
+    def __init__(self, config: GatewayConfig, fetch: Fetch, base_dir: str | None = None) -> None:
         self.config = config
         instance = config.plugins.cost_model
-        self.cost_model: CostModel | None = build_cost_model(instance, fetch) if instance is not None else None
+        self.cost_model: CostModel | None = (build_cost_model(instance, fetch, base_dir=base_dir)
+                                             if instance is not None else None)
         self._cache_inside_input = {name: adapter_class(destination.kind).shape is Shape.CHAT
                                     for name, destination in config.destinations.items()
                                     if destination.kind in MODEL_KINDS}

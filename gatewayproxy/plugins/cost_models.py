@@ -17,8 +17,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from gatewayproxy.config.loader import ConfigError
-from gatewayproxy.config.models import PluginInstance, Pricing
-from gatewayproxy.plugins.options import Options, plugin_options
+from gatewayproxy.config.models import FilePath, PluginInstance, Pricing
+from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
 from gatewayproxy.vaults.resolvers import Fetch
 
 logger = logging.getLogger("gatewayproxy.pricing")
@@ -36,10 +36,10 @@ PriceTable = dict[str, Pricing]
 Found = tuple[Pricing, str]
 
 
-class StaticTableOptions(Options):
+class StaticTableOptions(PluginOptions):
     """`static_table`: a YAML/JSON `file` or an inline `table` of `[provider/]model` to prices."""
 
-    file: str | None = None
+    file: FilePath | None = None
     table: dict[str, Pricing] = {}
 
     @model_validator(mode="after")
@@ -49,26 +49,26 @@ class StaticTableOptions(Options):
         return self
 
 
-class HttpRefreshOptions(Options):
+class HttpRefreshOptions(PluginOptions):
     """`http_refresh`: a JSON table at `url`, refetched every `refresh_interval_secs`; the last good one is kept."""
 
     url: str
     refresh_interval_secs: float = Field(default=300, gt=0)
     timeout_ms: int = Field(default=3000, gt=0)
-    bearer_token_file: str | None = None
+    bearer_token_file: FilePath | None = None
 
 
-class RegistryOptions(Options):
+class RegistryOptions(PluginOptions):
     """`registry`: effective prices from `<base_url>/apis/pricing.<group_domain>/v1/modelprices`."""
 
     base_url: str
-    bearer_token_file: str
+    bearer_token_file: FilePath
     group_domain: str = "registry.local"
     refresh_interval_secs: float = Field(default=300, gt=0)
     timeout_ms: int = Field(default=3000, gt=0)
 
 
-class LayeredOptions(Options):
+class LayeredOptions(PluginOptions):
     """`layered`: an ordered list of other cost models; the first that prices a model wins."""
 
     layers: list[PluginInstance] = Field(min_length=1)
@@ -261,8 +261,8 @@ class LayeredModel(CostModel):
             await layer.close()
 
 
-def _static_table(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
-    options = plugin_options(key, StaticTableOptions, instance)
+def _static_table(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | None) -> CostModel:
+    options = plugin_options(StaticTableOptions, instance, key, base_dir)
     if options.file is None:
         return StaticTableModel(instance.name, dict(options.table))
     try:
@@ -272,35 +272,37 @@ def _static_table(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel
         raise ConfigError([f"{key}.file: cannot read a price table from {options.file}: {error}"]) from None
 
 
-def _seed(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
-    plugin_options(key, Options, instance)
+def _seed(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | None) -> CostModel:
+    plugin_options(PluginOptions, instance, key, base_dir)
     return SeedModel(instance.name, dict(SEED_TABLE))
 
 
-def _http_refresh(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
-    return HttpRefreshModel(instance.name, plugin_options(key, HttpRefreshOptions, instance), fetch)
+def _http_refresh(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | None) -> CostModel:
+    return HttpRefreshModel(instance.name, plugin_options(HttpRefreshOptions, instance, key, base_dir), fetch)
 
 
-def _registry(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
-    return RegistryModel(instance.name, plugin_options(key, RegistryOptions, instance), fetch)
+def _registry(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | None) -> CostModel:
+    return RegistryModel(instance.name, plugin_options(RegistryOptions, instance, key, base_dir), fetch)
 
 
-def _layered(key: str, instance: PluginInstance, fetch: Fetch) -> CostModel:
-    options = plugin_options(key, LayeredOptions, instance)
-    return LayeredModel(instance.name, [build_cost_model(layer, fetch, f"{key}.layers[{index}]")
+def _layered(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | None) -> CostModel:
+    options = plugin_options(LayeredOptions, instance, key, base_dir)
+    return LayeredModel(instance.name, [build_cost_model(layer, fetch, f"{key}.layers[{index}]", base_dir)
                                         for index, layer in enumerate(options.layers)])
 
 
-BUILDERS: dict[str, Callable[[str, PluginInstance, Fetch], CostModel]] = {
+BUILDERS: dict[str, Callable[[str, PluginInstance, Fetch, str | None], CostModel]] = {
     "seed": _seed, "static_table": _static_table,
     "http_refresh": _http_refresh, "registry": _registry, "layered": _layered,
 }
 
 
-def build_cost_model(instance: PluginInstance, fetch: Fetch, key: str = "plugins.cost_model") -> CostModel:
-    """The cost model of a plugin instance; raises `ConfigError` naming the key of a bad option."""
+def build_cost_model(instance: PluginInstance, fetch: Fetch, key: str = "plugins.cost_model",
+                     base_dir: str | None = None) -> CostModel:
+    """The cost model of a plugin instance (relative paths against `base_dir`, the config file's directory);
+    raises `ConfigError` naming the key of a bad option."""
     builder = BUILDERS.get(instance.kind)
     if builder is None:
         raise ConfigError([f"{key}.kind: unsupported cost model kind {instance.kind!r}; "
                            f"available kinds: {', '.join(BUILDERS)}"])
-    return builder(key, instance, fetch)
+    return builder(key, instance, fetch, base_dir)

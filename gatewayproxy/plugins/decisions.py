@@ -45,9 +45,9 @@ def plugin_options(model: type[Options], instance: PluginInstance, key: str,
     except ValidationError as error:
         problems = []
         for item in error.errors():
-            location = ".".join(str(part) for part in item["loc"])
+            location = "".join(f".{part}" for part in item["loc"])  # empty for a check of the whole block
             message = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
-            problems.append(f"{key}.{location}: {message.removeprefix('Value error, ')}")
+            problems.append(f"{key}{location}: {message.removeprefix('Value error, ')}")
         raise ConfigError(problems) from None
 
 

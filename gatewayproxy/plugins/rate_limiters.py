@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 
 from gatewayproxy.config.models import PluginInstance
+from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
 from gatewayproxy.plugins.kinds import canonical_kind
-from gatewayproxy.plugins.options import Options, plugin_options
 
 logger = logging.getLogger("gatewayproxy.limits")
 SCRIPT = (Path(__file__).parent / "rate_limits.lua").read_text(encoding="utf-8")
@@ -78,7 +78,7 @@ class LimiterUnavailable(Exception):
     """The shared store cannot be reached and the plugin's `failure_mode` is `deny`."""
 
 
-class RedisWindowOptions(Options):
+class RedisWindowOptions(PluginOptions):
     """Options of `redis_window`."""
 
     url: str
@@ -291,7 +291,7 @@ def build_store(instance: PluginInstance | None, local: LocalStore, fallback: Lo
     `ConfigError` naming the key of a bad option."""
     if instance is None or canonical_kind("rate_limiter", instance.kind) == "token_bucket_local":
         if instance is not None:
-            plugin_options(KEY, Options, instance)
+            plugin_options(PluginOptions, instance, KEY)
         return local
-    options = plugin_options(KEY, RedisWindowOptions, instance)
+    options = plugin_options(RedisWindowOptions, instance, KEY)
     return RedisWindowStore(instance.name, options, instance.failure_mode, fallback, metrics)

@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
-from gatewayproxy.config.loader import ConfigError, validate_document
+from gatewayproxy.config.loader import ConfigError, load_config_file, validate_document
 from gatewayproxy.config.models import Pricing
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.context import Usage
@@ -97,6 +98,15 @@ def test_static_table_from_a_file(tmp_path: Path) -> None:
     path.write_text("models:\n  m: {input_per_1m: 4, output_per_1m: 8}\n")
     prices = pricer({"kind": "static_table", "file": str(path)})
     assert prices.cost("a", "m", Usage(input_tokens=500_000, output_tokens=500_000)) == pytest.approx(6)
+
+
+def test_a_relative_table_file_is_found_beside_the_config(tmp_path: Path) -> None:
+    (tmp_path / "prices.yaml").write_text("models:\n  m: {input_per_1m: 4, output_per_1m: 8}\n")
+    document = config({"kind": "static_table", "file": "prices.yaml"})
+    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(document))
+    state = build_state(load_config_file(str(tmp_path / "gateway.yaml")), UpstreamPool(), SharedParts(),
+                        GatewayMetrics())
+    assert state.pricer.cost("a", "m", Usage(input_tokens=500_000, output_tokens=500_000)) == pytest.approx(6)
 
 
 def test_layered_first_hit_wins() -> None:
