@@ -8,6 +8,7 @@ share one limit. When Redis cannot be reached, `failure_mode` decides: `deny` re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -26,6 +27,9 @@ logger = logging.getLogger("gatewayproxy.limits")
 SCRIPT = (Path(__file__).parent / "rate_limits.lua").read_text(encoding="utf-8")
 # Past this many local counters, idle ones (full buckets, ended budget periods) are dropped.
 LOCAL_COUNTER_LIMIT = 100_000
+WINDOW_SLOTS = 60  # SLOTS of the script: a window is kept as this many slots
+SETTLE_COALESCE_SECONDS = 0.002
+SETTLE_BATCH = 256  # charges per adjust call
 LONGEST_WINDOW = 3600.0
 KEY = "plugins.rate_limiter"
 
@@ -248,11 +252,16 @@ class RedisWindowStore:
         self.client = redis.Redis.from_pool(pool)
         self.script = self.client.register_script(SCRIPT)
         self.outage = Outage(name, options.retry_interval_ms / 1000, metrics)
+        self._settlements: list[tuple[Charge, int, int]] = []
+        self._settling: asyncio.Task[None] | None = None
 
-    async def _call(self, mode: str, charges: Sequence[Charge], amounts: Sequence[int], stamp: int) -> list[int]:
-        args: list[int | str] = [mode, stamp]
-        for charge, amount in zip(charges, amounts, strict=True):
-            args += [charge.limit, amount, charge.window_ms, charge.resets_in_ms]
+    async def _call(self, mode: str, charges: Sequence[Charge], amounts: Sequence[int],
+                    fourth: Sequence[int]) -> list[int]:
+        """One script call; `fourth` is each charge's `resets_in_ms` (acquire) or the stamp it was counted at
+        (adjust)."""
+        args: list[int | str] = [mode]
+        for charge, amount, extra in zip(charges, amounts, fourth, strict=True):
+            args += [charge.limit, amount, charge.window_ms, extra]
         keys = [self.prefix + charge.key for charge in charges]
         # Connecting and each command (a script reload after a Redis restart too) are bounded by the socket
         # timeouts; waiting for a pooled connection is queueing under load, not an outage, so it is not.
@@ -261,7 +270,8 @@ class RedisWindowStore:
     async def acquire(self, charges: Sequence[Charge]) -> Decision:
         if self.outage.should_try():
             try:
-                result = await self._call("acquire", charges, [charge.amount for charge in charges], 0)
+                result = await self._call("acquire", charges, [charge.amount for charge in charges],
+                                          [charge.resets_in_ms for charge in charges])
             except self.failures as error:
                 self.outage.failed(error)
             else:
@@ -275,13 +285,33 @@ class RedisWindowStore:
         return self.fallback.acquire_now(charges)
 
     async def adjust(self, charges: Sequence[Charge], deltas: Sequence[int], stamp: int) -> None:
-        try:
-            await self._call("adjust", charges, deltas, stamp)
-        except self.failures as error:
-            logger.debug("rate limiter %s: settlement lost: %s", self.name, error)
+        """Queue the adjustment and return once it is in Redis: the adjustments of every request settling within
+        `SETTLE_COALESCE_SECONDS` share one script call (one round trip instead of one per request)."""
+        self._settlements += [(charge, delta, stamp) for charge, delta in zip(charges, deltas, strict=True)]
+        if self._settling is None:
+            self._settling = asyncio.get_running_loop().create_task(self._settle_queued())
+        await asyncio.shield(self._settling)
+
+    async def _settle_queued(self) -> None:
+        await asyncio.sleep(SETTLE_COALESCE_SECONDS)
+        queued, self._settlements, self._settling = self._settlements, [], None
+        merged: dict[tuple[str, int], tuple[Charge, int, int]] = {}
+        for charge, delta, stamp in queued:
+            slot = stamp // max(charge.window_ms // WINDOW_SLOTS, 1) if charge.is_window else 0
+            _, total, _ = merged.get((charge.key, slot), (charge, 0, stamp))
+            merged[(charge.key, slot)] = (charge, total + delta, stamp)
+        settled = [entry for entry in merged.values() if entry[1]]
+        for start in range(0, len(settled), SETTLE_BATCH):
+            batch = settled[start:start + SETTLE_BATCH]
+            try:
+                await self._call("adjust", *map(list, zip(*batch, strict=True)))
+            except self.failures as error:
+                logger.debug("rate limiter %s: %d settlements lost: %s", self.name, len(batch), error)
 
     async def close(self) -> None:
-        """Close the connections."""
+        """Settle what is queued, then close the connections."""
+        if self._settling is not None:
+            await self._settling
         await self.client.aclose()
 
 

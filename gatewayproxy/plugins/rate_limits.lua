@@ -1,7 +1,8 @@
 -- Every counter of one request, checked and counted in one atomic call, so replicas share one limit exactly.
 --
--- KEYS[i]: one counter per charge. ARGV: mode ("acquire" or "adjust"), stamp_ms (adjust: when the request was
--- counted), then four values per charge: limit, amount, window_ms, resets_in_ms.
+-- KEYS[i]: one counter per charge. ARGV: mode ("acquire" or "adjust"), then four values per charge: limit,
+-- amount, window_ms, and resets_in_ms (acquire) or stamp_ms, when the request was counted (adjust; the charges of
+-- one adjust call may come from many requests).
 -- A charge with window_ms > 0 is a sliding window kept as a hash of SLOTS + 1 slots (slot index -> amount); the
 -- window counts every slot that overlaps the last window_ms, so it never admits more than a true sliding window.
 -- A charge with window_ms = 0 is a calendar budget: a plain counter whose key names the period; it resets
@@ -15,7 +16,7 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 local function charge(i)
-  local base = 2 + (i - 1) * 4
+  local base = 1 + (i - 1) * 4
   return tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
 end
 
@@ -59,9 +60,8 @@ local function wait_for(live, size, need, window)
 end
 
 if ARGV[1] == 'adjust' then
-  local stamp = tonumber(ARGV[2])
   for i = 1, #KEYS do
-    local _, amount, window = charge(i)
+    local _, amount, window, stamp = charge(i)
     if redis.call('EXISTS', KEYS[i]) == 1 then
       if window > 0 then
         local size = slot_size(window)

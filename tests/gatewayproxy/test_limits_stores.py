@@ -26,7 +26,7 @@ from gatewayproxy.plugins.rate_limiters import (
     RedisWindowOptions,
     RedisWindowStore,
 )
-from tests.live import free_port
+from tests.live import free_port, private_redis
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
 Result = TypeVar("Result")
@@ -146,6 +146,29 @@ def test_redis_adjust_corrects_the_slot_it_was_counted_in() -> None:
         return before, after.allowed, after.remaining[0]
 
     assert with_store(body) == (False, True, 40)
+
+
+async def script_calls(store: RedisWindowStore) -> int:
+    """How many EVALSHA calls the store's Redis has served."""
+    stats = await store.client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_redis_settlements_of_concurrent_requests_share_one_call() -> None:
+    """Fifty requests settling at once: every adjustment lands, in far fewer script calls than requests."""
+    async def body(store: RedisWindowStore) -> tuple[int, int, int]:
+        charges = [tokens("t", 10_000, 100), budget("b", 100_000, 1_000)]
+        decisions = [await store.acquire(charges) for _ in range(50)]
+        calls_before = await script_calls(store)
+        await asyncio.gather(*(store.adjust(charges, [-60, -900], decision.stamp) for decision in decisions))
+        calls = await script_calls(store) - calls_before
+        after = await store.acquire([tokens("t", 10_000, 0), budget("b", 100_000, 0)])
+        return calls, after.remaining[0], after.remaining[1]
+
+    with private_redis() as (url, _):  # its own server, so no other client's script calls are counted
+        calls, tokens_left, budget_left = with_store(body, url=url)
+    assert (tokens_left, budget_left) == (10_000 - 50 * 40, 100_000 - 50 * 100)
+    assert calls == 1
 
 
 def test_redis_budget_expires_with_its_period_and_refuses_until_then() -> None:
