@@ -1,4 +1,4 @@
-"""Fixtures of the gateway tests: fake providers and gateways on loopback."""
+"""Fixtures of the gateway tests: fake providers, an MCP upstream and gateways on loopback."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +24,14 @@ def secondary() -> Iterator[FakeProvider]:
     provider = FakeProvider("secondary").start()
     yield provider
     provider.stop()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[RecordingMcpServer]:
+    """An MCP server on loopback, one per test module."""
+    server = RecordingMcpServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(autouse=True)

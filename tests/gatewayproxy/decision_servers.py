@@ -3,9 +3,10 @@ model that classifies text, each answering through a function of (path, request 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -62,6 +63,16 @@ class JsonServer:
     def url(self) -> str:
         """The root URL."""
         return f"http://127.0.0.1:{self.http.server_address[1]}"
+
+
+@contextlib.contextmanager
+def serving(server: JsonServer) -> Iterator[JsonServer]:
+    """`server` started for the duration of the block, stopped afterwards."""
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def classifier_completion(path: str, document: Any, blocked_words: tuple[str, ...]) -> tuple[int, Any]:

@@ -1,12 +1,16 @@
-"""Runs a real gateway (uvloop, both listeners on free loopback ports) in a background thread for tests."""
+"""Runs a real gateway (uvloop, both listeners on free loopback ports) in a background thread for tests, and
+waits for one started as a process to become ready."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
+import time
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import uvloop
 
@@ -18,6 +22,22 @@ def loopback_config(document: dict[str, Any]) -> dict[str, Any]:
     """`document` with both listeners on free loopback ports."""
     server = {"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", **document.get("server", {})}
     return {**document, "server": server}
+
+
+def wait_ready(admin: str, process: subprocess.Popen[Any], timeout: float = 20) -> None:
+    """Wait until the gateway process answers `readyz` on its admin root `admin`; fail with its output if it
+    exits first, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.communicate()[0]
+            raise AssertionError(output.decode() if isinstance(output, bytes) else output)
+        try:
+            if httpx.get(f"{admin}/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError("gateway did not become ready")
 
 
 class GatewayThread:

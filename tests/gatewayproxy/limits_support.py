@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
 from tests.live import free_port
 
 HI = [{"role": "user", "content": "hi"}]
@@ -39,6 +40,16 @@ def document(provider: FakeProvider, *, rate_limits: list[dict[str, Any]], spend
         "spend": {"trusted_header_dims": ["team", "user"], **(spend or {})},
         "plugins": plugins or {},
     }
+
+
+@contextlib.contextmanager
+def running(config: dict[str, Any]) -> Iterator[GatewayThread]:
+    """A gateway serving `config` for the duration of the block."""
+    gateway = GatewayThread(config).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
 
 
 def redis_limiter(url: str, failure_mode: str = "deny") -> dict[str, Any]:

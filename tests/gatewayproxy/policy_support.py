@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,14 @@ class SigningKey:
 
     def sign(self, bundle: dict[str, Any]) -> str:
         return jwt.encode(bundle, self.private_pem, algorithm="ES256", headers={"typ": "guardrail-bundle+jws"})
+
+
+def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until `condition()` holds, failing after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
 
 
 def rule(guardrail_type: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:

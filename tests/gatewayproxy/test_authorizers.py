@@ -19,7 +19,7 @@ from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.decision_servers import HANG, JsonServer
+from tests.gatewayproxy.decision_servers import HANG, JsonServer, serving
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 
@@ -56,15 +56,6 @@ def gateway_with(primary: FakeProvider, directory: Path, authorizers: list[dict]
         yield running
     finally:
         running.stop()
-
-
-@contextlib.contextmanager
-def serving(server: JsonServer) -> Iterator[JsonServer]:
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def call(gateway: GatewayThread, key: str, model: str = "a-large", path: str = "/v1/chat/completions") \

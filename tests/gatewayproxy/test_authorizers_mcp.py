@@ -27,13 +27,6 @@ GUARDRAILS = [
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingMcpServer]:
-    server = RecordingMcpServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer) -> Iterator[GatewayThread]:
     directory = tmp_path_factory.mktemp("mcp-governed")
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token"}))

@@ -19,6 +19,7 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import wait_ready
 
 pytestmark = pytest.mark.e2e
 PROJECT = Path(__file__).resolve().parents[2]
@@ -50,18 +51,6 @@ def base_document(provider: FakeProvider) -> dict[str, Any]:
 def rungateway(config: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "manage.py", "rungateway", "--config", str(config), *extra],
                             cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_ready(admin: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[0]
-        try:
-            if httpx.get(f"{admin}/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise AssertionError("gateway did not become ready")
 
 
 @pytest.fixture

@@ -27,13 +27,6 @@ INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo":
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingMcpServer]:
-    server = RecordingMcpServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def mcp_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer) -> Iterator[GatewayThread]:
     directory = tmp_path_factory.mktemp("mcp")
     keys = [

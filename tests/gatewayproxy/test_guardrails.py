@@ -24,7 +24,7 @@ from gatewayproxy.plugins.decisions import BackendError
 from gatewayproxy.plugins.guardrails import PiiRegex, PiiRegexOptions, Verdict, parse_verdict
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.decision_servers import HANG, JsonServer, classifier_completion
+from tests.gatewayproxy.decision_servers import HANG, JsonServer, classifier_completion, serving
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 
@@ -73,15 +73,6 @@ def gateway_with(primary: FakeProvider, secondary: FakeProvider, vault_file: Pat
         yield running
     finally:
         running.stop()
-
-
-@contextlib.contextmanager
-def serving(server: JsonServer) -> Iterator[JsonServer]:
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def error_code(error: openai.APIError | anthropic.APIError) -> str:

@@ -3,7 +3,6 @@ it refuses, and the shipped example serving MCP end to end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +59,6 @@ def test_what_cannot_be_honoured_is_refused(document: dict[str, Any], problem: s
     with pytest.raises(ConfigError) as raised:
         validate_document(document)
     assert raised.value.problems[0].startswith(problem)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingMcpServer]:
-    server = RecordingMcpServer().start()
-    yield server
-    server.stop()
 
 
 def test_the_example_serves_mcp(upstream: RecordingMcpServer, monkeypatch: pytest.MonkeyPatch) -> None:

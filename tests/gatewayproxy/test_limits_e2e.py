@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import httpx
 import pytest
 
 from gatewayproxy.config.loader import validate_document
 from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread, loopback_config
+from tests.gatewayproxy.harness import loopback_config
 from tests.gatewayproxy.limits_support import (
     CHAT_TOKENS,
     chat,
@@ -23,18 +20,10 @@ from tests.gatewayproxy.limits_support import (
     poll,
     private_redis_server,
     redis_limiter,
+    running,
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@contextmanager
-def running(config: dict[str, Any]) -> Iterator[GatewayThread]:
-    gateway = GatewayThread(config).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 def test_qpm_refuses_in_both_protocols_with_retry_after(primary: FakeProvider) -> None:

@@ -22,13 +22,6 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingMcpServer]:
-    server = RecordingMcpServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def resolver() -> Iterator[FakeProvider]:
     """Answers GET /servers/<team>/<server> from its documents."""
     server = FakeProvider("resolver").start()

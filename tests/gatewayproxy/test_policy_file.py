@@ -4,8 +4,7 @@ and the admin effective endpoint."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tests.gatewayproxy.policy_support import (
     chat,
     error_code,
     gateway_document,
+    poll,
     rule,
     seed_high_water,
 )
@@ -34,13 +34,6 @@ from tests.gatewayproxy.policy_support import (
 pytestmark = pytest.mark.e2e
 SOURCE_ID = "policy-file-tests"
 DENIED = "policy_guardrail_denied"
-
-
-def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -24,13 +24,6 @@ RULES = (rule("tool_denylist", {"tools": ["add"]}), rule("blocked_terms", {"term
          rule("model_allowlist", {"models": ["m"]}))
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[RecordingMcpServer]:
-    server = RecordingMcpServer().start()
-    yield server
-    server.stop()
-
-
 @contextmanager
 def running(provider: FakeProvider, mcp: RecordingMcpServer, tmp_path: Path, rules: tuple[dict[str, Any], ...] = RULES,
             expires_in: float = 900, **policy: Any) -> Iterator[GatewayThread]:

@@ -3,9 +3,8 @@ effective endpoint, `on_backend_error`, and Redis guardrail state written back t
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,14 @@ from registry.internal.models import GuardrailState
 from tests.conftest import Tenant, make_tenant
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.policy_support import SigningKey, api_key_identity, chat, error_code, gateway_document
+from tests.gatewayproxy.policy_support import (
+    SigningKey,
+    api_key_identity,
+    chat,
+    error_code,
+    gateway_document,
+    poll,
+)
 from tests.live import live_registry
 
 pytestmark = pytest.mark.e2e
@@ -28,13 +34,6 @@ with_database = pytest.mark.django_db(transaction=True)
 SERVICE_TOKEN = "policy-service-token"
 CLIENT_KEY = "policy-client-key"
 DENIED = "policy_guardrail_denied"
-
-
-def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

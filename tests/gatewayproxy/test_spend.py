@@ -3,16 +3,13 @@ reconciliation to the actual cost, release on failure, the `unpriced_model` mode
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from gatewayproxy.config.loader import ConfigError, validate_document
 from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.limits_support import burst, chat, document, error_code, poll, redis_limiter
+from tests.gatewayproxy.limits_support import burst, chat, document, error_code, poll, redis_limiter, running
 
 pytestmark = pytest.mark.e2e
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
@@ -21,15 +18,6 @@ DEAR = {"input_per_1m": 1.0, "output_per_1m": 1000.0}
 ONE_AT_A_TIME = {"headers": {"enabled": True}, "admission": {"default_max_output_tokens": 1000}}
 # The fake provider's usage (11 input, 7 output tokens) at DEAR prices.
 ACTUAL_COST = (11 * 1.0 + 7 * 1000.0) / 1e6
-
-
-@contextmanager
-def running(config: dict[str, Any]) -> Iterator[GatewayThread]:
-    gateway = GatewayThread(config).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 def budget_document(provider: FakeProvider, plugins: dict[str, Any] | None = None, **limit: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from gatewayproxy.store.document import EntryKey, EntryMissing
 from gatewayproxy.store.source import read_validated
 from tests import live
 from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import wait_ready
 from tests.gatewayproxy.store_harness import import_document, provider_document
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -113,7 +114,7 @@ def test_rungateway_database_workers_serve_and_converge(transactional_db: None, 
             return fresh.post(f"http://{listen}/v1/chat/completions", json={"model": model, "messages": []}).status_code
 
     try:
-        wait_ready(f"http://{admin}", process)
+        wait_ready(f"http://{admin}", process, timeout=30)
         assert status_of("m") == 200 and status_of("other") == 404
         route = {"match": {"model": "other"}, "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}
         written = httpx.put(f"http://{admin}/admin/v1/routes/other", json=route)  # reaches one of the workers
@@ -127,15 +128,3 @@ def test_rungateway_database_workers_serve_and_converge(transactional_db: None, 
         live.stop(process)
         output = process.communicate()[0].decode()
     assert process.returncode == 0, output
-
-
-def wait_ready(admin: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[0].decode()
-        try:
-            if httpx.get(f"{admin}/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise AssertionError("gateway did not become ready")
