@@ -31,7 +31,8 @@ def messages_usage(usage: Any) -> Usage | None:
         return None
     return Usage(input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
                  cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
-                 cache_write_tokens=_int(usage.get("cache_creation_input_tokens")))
+                 cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
+                 cache_write_1h_tokens=_details(usage, "cache_creation", "ephemeral_1h_input_tokens"))
 
 
 def responses_usage(usage: Any) -> Usage | None:

@@ -29,13 +29,15 @@ class Operation(enum.Enum):
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one served request."""
+    """Token counts of one served request (`cache_write_1h_tokens` are the part of `cache_write_tokens` written
+    to the one-hour cache)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
 
 @dataclass

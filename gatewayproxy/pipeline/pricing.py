@@ -45,13 +45,17 @@ def _rate(value: float | None, fallback: float) -> float:
 
 def usage_cost(pricing: Pricing, usage: Usage, cache_inside_input: bool) -> float:
     """USD for `usage` at `pricing`. Chat-shaped providers count cached tokens inside the input tokens;
-    messages-shaped ones count them apart. Reasoning tokens are part of the output tokens."""
+    messages-shaped ones count them apart. Reasoning tokens are part of the output tokens, one-hour cache writes
+    part of the cache writes."""
     input_rate = _rate(pricing.input_per_1m, 0.0)
     output_rate = _rate(pricing.output_per_1m, 0.0)
+    write_rate = _rate(pricing.cache_write_per_1m, input_rate)
     cached = usage.cache_read_tokens + usage.cache_write_tokens if cache_inside_input else 0
+    one_hour = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
     total = (max(usage.input_tokens - cached, 0) * input_rate
              + usage.cache_read_tokens * _rate(pricing.cache_read_per_1m, input_rate)
-             + usage.cache_write_tokens * _rate(pricing.cache_write_per_1m, input_rate)
+             + (usage.cache_write_tokens - one_hour) * write_rate
+             + one_hour * _rate(pricing.cache_write_1h_per_1m, write_rate)
              + max(usage.output_tokens - usage.reasoning_tokens, 0) * output_rate
              + usage.reasoning_tokens * _rate(pricing.reasoning_output_per_1m, output_rate))
     return total / PER_MILLION + (pricing.per_request_usd or 0.0)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 
+from gatewayproxy.adapters.usage import messages_usage
 from gatewayproxy.config.loader import ConfigError, load_config_file, validate_document
 from gatewayproxy.config.models import Pricing
 from gatewayproxy.metrics import GatewayMetrics
@@ -57,6 +58,21 @@ def test_every_price_field_in_a_chat_shaped_cost() -> None:
 def test_messages_shaped_cache_tokens_are_counted_apart() -> None:
     expected = (1_000_000 * 1 + 200_000 * 0.5 + 100_000 * 3 + 500_000 * 2 + 100_000 * 5) / 1e6 + 0.01
     assert usage_cost(EVERY_FIELD, USAGE, cache_inside_input=False) == pytest.approx(expected)
+
+
+def test_one_hour_cache_writes_have_their_own_rate() -> None:
+    usage = Usage(input_tokens=1_000_000, cache_write_tokens=300_000, cache_write_1h_tokens=100_000)
+    expected = (1_000_000 * 1 + 200_000 * 3 + 100_000 * 4) / 1e6 + 0.01
+    assert usage_cost(EVERY_FIELD, usage, cache_inside_input=False) == pytest.approx(expected)
+    # Without a one-hour rate they cost what other cache writes cost.
+    assert usage_cost(Pricing(input_per_1m=1, cache_write_per_1m=3), usage, cache_inside_input=False) == \
+        pytest.approx((1_000_000 * 1 + 300_000 * 3) / 1e6)
+
+
+def test_messages_usage_reads_the_one_hour_cache_writes() -> None:
+    usage = messages_usage({"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 30,
+                            "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 10}})
+    assert usage == Usage(input_tokens=10, output_tokens=5, cache_write_tokens=30, cache_write_1h_tokens=10)
 
 
 def test_missing_rates_fall_back_to_their_kin() -> None:
