@@ -94,18 +94,20 @@ def two_shapes(vault: dict[str, Any], chat: FakeProvider, messages: FakeProvider
 
 class RecordingProcessor:
     """An external processor on loopback: records the JSON bodies POSTed to it and answers `answer` (500 while
-    `failing`; `refusing_with` another status, recording nothing)."""
+    `failing`; `refusing_with` another status, recording nothing), after `delay` seconds."""
 
     def __init__(self, answer: Any = None) -> None:
         self.bodies: list[Any] = []
         self.answer = json.dumps(answer or {}).encode()
         self.failing = False
         self.refusing_with: int | None = None
+        self.delay = 0.0
         processor = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                time.sleep(processor.delay)
                 status = 500 if processor.failing else processor.refusing_with or 200
                 if status == 200:
                     processor.bodies.append(body)

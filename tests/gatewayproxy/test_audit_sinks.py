@@ -5,6 +5,7 @@ processor fails, `allow` keeps serving."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,27 @@ def test_a_rejected_batch_is_dropped_not_retried_forever(tmp_path: Path, primary
         assert chat(gateway, "key-alice").status_code == 200
         wait_until(lambda: len(processor.records) == 2, what="the next batch written")
         assert metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="dropped") == 1
+    finally:
+        gateway.stop()
+
+
+def test_a_full_queue_overflows_to_the_spool_and_every_record_arrives_once(
+        tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, processor: RecordingProcessor) -> None:
+    """A sink slower than the traffic: what the queue cannot hold goes to the spool (the request does not wait) and
+    is replayed once the sink keeps up; no record is lost or doubled."""
+    processor.delay = 0.2
+    gateway = start_gateway(tmp_path, primary, secondary, [
+        {"name": "proc", "kind": "ext_proc", "url": processor.url, "queue_size": 2, "batch_size": 1,
+         "flush_interval_ms": 0, "spool": {"directory": str(tmp_path / "spool"), "retry_interval_ms": 100}}])
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: chat(gateway, "key-alice"), range(12)))
+        assert [answer.status_code for answer in answers] == [200] * 12
+        assert metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="spooled") > 0
+        processor.delay = 0.0
+        wait_until(lambda: len(processor.records) >= 12, what="every record delivered")
+        sent = sorted(answer.headers["x-request-id"] for answer in answers)
+        assert sorted(record["request_id"] for record in processor.records) == sent
     finally:
         gateway.stop()
 
