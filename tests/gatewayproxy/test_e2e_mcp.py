@@ -169,7 +169,8 @@ def test_a_departed_sse_client_frees_its_connection_at_once(mcp_gateway: Gateway
     tracker = mcp_gateway.gateway.data.tracker
     opened = {"authorization": "Bearer key-alice", "accept": "text/event-stream"}
     with httpx.stream("GET", f"{mcp_gateway.url}/v1/mcp/sse", headers=opened) as stream:
-        next(line for line in stream.iter_lines() if line.startswith("data: "))
+        lines = stream.iter_lines()  # held: a dropped line iterator would close the response (and the connection)
+        next(line for line in lines if line.startswith("data: "))
         assert tracker.busy == 1
     deadline = time.monotonic() + 2
     while tracker.busy and time.monotonic() < deadline:
