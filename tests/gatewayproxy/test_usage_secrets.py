@@ -1,5 +1,6 @@
-"""The secret canary: a unique provider key in a vault and a unique client key never appear in any usage or
-audit record, sink output, spool file, log line or metric, for served, streamed and refused requests."""
+"""The secret canary: a unique provider key in a vault and a unique client key never appear in a response (data or
+admin plane), a usage or audit record, sink output, spool file, log line or metric, for served, streamed and
+refused requests."""
 
 from __future__ import annotations
 
@@ -47,13 +48,18 @@ def test_no_secret_reaches_a_record(tmp_path: Path, primary: FakeProvider, secon
         try:
             bearer = {"authorization": f"Bearer {client_key}", "x-gateway-tag-team": "red"}
             url = f"{gateway.url}/v1/chat/completions"
-            assert httpx.post(url, json={"model": "a-1", "messages": HI}, headers=bearer).status_code == 200
+            served = httpx.post(url, json={"model": "a-1", "messages": HI}, headers=bearer)
+            assert served.status_code == 200
             with httpx.stream("POST", url, json={"model": "b-1", "messages": HI, "stream": True},
                               headers=bearer) as streamed:
                 streamed.read()
             refused = httpx.post(url, json={"model": "a-1", "messages": HI},
                                  headers={"authorization": f"Bearer {provider_key}"})
             assert refused.status_code == 401
+            admin = [httpx.get(f"{gateway.admin_url}{path}").text
+                     for path in ("/admin/v1/config", "/admin/v1/destinations", "/metrics")]
+            answered = [f"{response.headers}\n{response.text}" for response in (served, streamed, refused)]
+            responses = "\n".join([*answered, *admin])
             wait_until(lambda: len(ledger_rows(table)) == 2, what="the ledger rows")
             wait_until(lambda: len(trail.read_text().splitlines()) == 3 if trail.exists() else False,
                        what="the audit records")
@@ -63,7 +69,7 @@ def test_no_secret_reaches_a_record(tmp_path: Path, primary: FakeProvider, secon
             gateway.stop()
         outputs = {"stdout": capsys.readouterr().out, "ledger": json.dumps(ledger_rows(table), default=str),
                    "audit": trail.read_text(), "spool": "".join(path.read_text() for path in spool.glob("*")),
-                   "log": caplog.text, "metrics": metrics}
+                   "log": caplog.text, "metrics": metrics, "responses": responses}
     assert primary.received[0].headers["authorization"] == f"Bearer {provider_key}"
     assert secondary.received[0].headers["x-api-key"] == provider_key
     assert outputs["stdout"].count('"principal":"carol"') == 2
