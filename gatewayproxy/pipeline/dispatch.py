@@ -114,9 +114,12 @@ def response_text(shape: Shape, document: Any) -> str:
                    if isinstance(choice, dict))
 
 
-def _translated_success(context: RequestContext, adapter: Adapter, body: bytes) -> bytes:
+def _translated_success(context: RequestContext, adapter: Adapter, body: bytes, collect_text: bool) -> bytes:
+    """The client's body of a 2xx answer; reads its usage and, for output inspectors, its text."""
     document = orjson.loads(body)
     context.usage = _usage_of(context.operation, adapter.shape, document)
+    if collect_text and context.operation in (Operation.CHAT, Operation.MESSAGES):
+        context.output_text = response_text(adapter.shape, document)
     if context.operation not in (Operation.CHAT, Operation.MESSAGES) or client_shape(context.operation) is \
             adapter.shape:
         return body
@@ -220,10 +223,8 @@ class Dispatch:
             return await self._start_stream(adapter, upstream)
         body = await upstream.read()
         if 200 <= status < 300:
-            translated = _translated_success(self.context, adapter, body)
-            if self.inspectors and self.context.operation in (Operation.CHAT, Operation.MESSAGES):
-                self.context.output_text = response_text(adapter.shape, orjson.loads(body))
-            return Response(status, JSON_CONTENT, translated)
+            return Response(status, JSON_CONTENT,
+                            _translated_success(self.context, adapter, body, bool(self.inspectors)))
         if status == 429:
             return Failure("429", f"destination {adapter.name!r} is rate limited", upstream.header(b"retry-after"))
         if status >= 500:

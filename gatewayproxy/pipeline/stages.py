@@ -72,10 +72,6 @@ class SharedParts:
         part: Part = self._parts[key]
         return part
 
-    def values(self) -> list[Any]:
-        """Every part made so far."""
-        return list(self._parts.values())
-
 
 @dataclass(frozen=True)
 class StageDeps:

@@ -26,6 +26,7 @@ from gatewayproxy.plugins.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.state import Runtime
 from gatewayproxy.store.document import EntryKey, EntryMissing, plugin_slots_named
+from gatewayproxy.vaults.resolvers import read_token_file
 
 # Admin path segment -> document collection.
 WRITABLE_COLLECTIONS = {"destinations": "destinations", "routes": "routes", "rate_limits": "rate_limits",
@@ -75,20 +76,14 @@ class ConfigWriter(Interface):
         """The stored document now."""
 
 
-def _read_token(path: str | None) -> str | None:
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
-
-
 class AdminPlane:
     """The handler of the admin listener."""
 
     def __init__(self, runtime: Runtime, writer: ConfigWriter | None = None) -> None:
         self.runtime = runtime
         self.writer = writer
-        self._token = _read_token(runtime.state.config.server.admin_token_file)
+        token_file = runtime.state.config.server.admin_token_file
+        self._token = read_token_file(token_file) if token_file else None
         self._routes: dict[tuple[str, str], Route] = {
             ("GET", "/healthz"): self._healthz,
             ("GET", "/readyz"): self._readyz,

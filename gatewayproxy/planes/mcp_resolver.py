@@ -20,6 +20,7 @@ import orjson
 from gatewayproxy.config.models import Destination, DestinationResolver
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.server.upstream import Origin, UpstreamError, UpstreamPool, fetcher
+from gatewayproxy.vaults.resolvers import read_token_file
 
 SERVER_HEADER = "x-mcp-server"
 MAX_CACHED = 1024
@@ -69,12 +70,6 @@ def _parsed(body: bytes) -> Resolved:
     return Resolved(base_url=base_url, credential_id=str(credential_id) if credential_id else None)
 
 
-def _read_token(path: str) -> str:
-    """The resolver's bearer token, reread on each lookup so rotation needs no restart."""
-    with open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
-
-
 class McpResolver:
     """Looks servers up through a destination's resolver; answers are cached per URL for the resolver's TTL."""
 
@@ -110,7 +105,7 @@ class McpResolver:
     async def _download(self, resolver: DestinationResolver, url: str) -> Resolved:
         headers = {"accept": "application/json"}
         if resolver.bearer_token_file:
-            headers["authorization"] = "Bearer " + _read_token(resolver.bearer_token_file)
+            headers["authorization"] = "Bearer " + read_token_file(resolver.bearer_token_file)
         try:
             status, body = await self._fetch(url, headers, resolver.timeout_ms / 1000)
         except (UpstreamError, OSError):

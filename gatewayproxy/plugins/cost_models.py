@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import FilePath, PluginInstance, Pricing
 from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
-from gatewayproxy.vaults.resolvers import Fetch
+from gatewayproxy.vaults.resolvers import Fetch, read_token_file
 
 logger = logging.getLogger("gatewayproxy.pricing")
 PRICE_FIELDS = tuple(Pricing.model_fields)
@@ -86,11 +86,6 @@ def parse_table(document: Any) -> PriceTable:
     if not isinstance(document, Mapping):
         raise ValueError("a price table is a mapping of model id to prices")
     return {str(model): Pricing.model_validate(prices) for model, prices in document.items()}
-
-
-def _read_token(path: str) -> str:
-    with open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
 
 
 class CostModel:
@@ -203,7 +198,7 @@ class HttpRefreshModel(RefreshingModel):
     def request(self) -> tuple[str, dict[str, str]]:
         headers = {"accept": "application/json"}
         if self.options.bearer_token_file:
-            headers["authorization"] = "Bearer " + _read_token(self.options.bearer_token_file)
+            headers["authorization"] = "Bearer " + read_token_file(self.options.bearer_token_file)
         return self.options.url, headers
 
 
@@ -219,7 +214,7 @@ class RegistryModel(RefreshingModel):
     def request(self) -> tuple[str, dict[str, str]]:
         root = self.options.base_url.rstrip("/")
         url = f"{root}/apis/pricing.{self.options.group_domain}/v1/modelprices"
-        token = _read_token(self.options.bearer_token_file)
+        token = read_token_file(self.options.bearer_token_file)
         return url, {"accept": "application/json", "authorization": f"Bearer {token}"}
 
     def table_of(self, document: Any) -> PriceTable:

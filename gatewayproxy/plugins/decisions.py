@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.server.upstream import Origin, UpstreamError, UpstreamPool
+from gatewayproxy.vaults.resolvers import read_token_file
 
 logger = logging.getLogger("gatewayproxy.decisions")
 Options = TypeVar("Options", bound=BaseModel)
@@ -54,8 +55,7 @@ def plugin_options(model: type[Options], instance: PluginInstance, key: str,
 def read_token(path: str) -> str:
     """A bearer token from its file, reread on every call so a rotated token is picked up."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
+        return read_token_file(path)
     except OSError as error:
         raise BackendError(f"cannot read the bearer token file: {error.strerror}") from None
 

@@ -162,7 +162,7 @@ class HttpVault:
     async def _download(self, url: str) -> Secret:
         headers = {"accept": "application/json"}
         if self.vault.bearer_token_file:
-            headers["authorization"] = "Bearer " + _read_token(self.vault.bearer_token_file)
+            headers["authorization"] = "Bearer " + read_token_file(self.vault.bearer_token_file)
         status, body = await self._fetch(url, headers, self.vault.timeout_ms / 1000)
         if status != 200:
             raise VaultError(f"vault {self.vault.name!r} answered {status}")
@@ -182,7 +182,7 @@ class HttpVault:
             self._cache.popitem(last=False)
 
 
-def _read_token(path: str) -> str:
+def read_token_file(path: str) -> str:
     """A bearer token file, reread on each use so rotation needs no restart."""
     with open(path, encoding="utf-8") as handle:
         return handle.read().strip()
