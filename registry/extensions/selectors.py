@@ -74,3 +74,9 @@ def effective_prices(*, provider: str | None = None, model: str | None = None) -
     for price in rows.order_by("provider", "model", "effective_from"):
         newest[(price.provider, price.model)] = price
     return list(newest.values())
+
+
+def list_price(*, provider: str, model: str) -> ModelPrice | None:
+    """The price in force now for one model of one provider, or None when it has no list price."""
+    prices = effective_prices(provider=provider, model=model)
+    return prices[0] if prices else None

@@ -3,7 +3,9 @@
 A turn is a loop over the log: answer tool calls the runtime can answer (MCP), pause for the ones the
 client must answer, let the model speak while the transcript ends with user content, then grade the
 outcome. Every state is derived from the stored events, so a turn whose worker died is resumed by
-running the same loop again. `code_harness` runs the same loop but does not honor `user.interrupt`.
+running the same loop again. Every write carries the lease's fence and is refused once another
+worker holds the session; before every side effect (a model call, a tool call) the lease is checked.
+`code_harness` runs the same loop but does not honor `user.interrupt`.
 """
 
 from __future__ import annotations
@@ -12,22 +14,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from registry.core.serialization import timestamp
-from registry.runtime import mcp_client, outcomes
+from registry.runtime import context, mcp_client, outcomes
+from registry.runtime.budget import BudgetMeter
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.credentials import bearer_for
 from registry.runtime.lease import Lease, LeaseLost
-from registry.runtime.model import ModelClient, ModelError, ModelResponse
+from registry.runtime.model import ModelClient, ModelError, ModelResponse, request_options
 from registry.runtime.previews import PreviewPublisher
 from registry.runtime.tools import ToolCatalog, build_catalog
 from registry.runtime.transcript import (
+    BOUNDARY_TYPES,
+    TOOL_USE_TYPES,
     awaits_model,
     build_messages,
+    latest_compaction,
     latest_outcome,
     tool_work,
     turn_graded,
@@ -39,9 +45,13 @@ from registry.sessions.models import Session, SessionEvent
 logger = logging.getLogger(__name__)
 
 Status = Session.Status
+Result = TypeVar("Result")
 HARNESSES_IGNORING_INTERRUPT = ("code_harness",)
 DENIED_RESULT = "The user denied this tool call."
 UNAPPLIED_INTERRUPT = "user.interrupt is not applied on code_harness: the turn in flight runs to completion."
+CUT_TOOL_CALL = "The model's answer was cut off by max_tokens in the middle of a tool call twice; the call was not run."
+# How often a blocking call (MCP, grader) looks at its session while it waits.
+WAIT_SLICE_SECONDS = 0.05
 
 
 class TurnInterrupted(Exception):
@@ -56,33 +66,74 @@ class WorkerStopping(Exception):
     """The worker was asked to stop: leave the turn to the next worker without writing."""
 
 
+class TurnEnded(Exception):
+    """The turn ends early with this stop reason (a limit, the budget), its error already reported."""
+
+    def __init__(self, stop_reason: dict[str, Any]) -> None:
+        super().__init__(stop_reason["type"])
+        self.stop_reason = stop_reason
+
+
 def span_usage(usage: dict[str, int]) -> dict[str, int]:
     keys = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     return {key: int(usage.get(key) or 0) for key in keys}
 
 
+def error_body(kind: str, message: str, retry: str, **fields: Any) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message, "retry_status": {"type": retry}, **fields}}
+
+
+def fail_turn(lease: Lease, message: str, *, retry: str) -> None:
+    """End the session's turn with `session.error` and idle (an abandoned or crashed turn)."""
+    try:
+        services.event_emit(
+            session_id=lease.session_id,
+            type="session.error",
+            body=error_body("unknown_error", message, retry),
+            fence=lease.fence,
+        )
+        services.session_transition(
+            session_id=lease.session_id,
+            status=Status.IDLE,
+            stop_reason={"type": "retries_exhausted" if retry == "exhausted" else "error"},
+            fence=lease.fence,
+        )
+    except LeaseLost:
+        logger.info("session %s moved on before its failure could be recorded", lease.session_id)
+    except Exception:
+        logger.exception("could not record the failure of session %s", lease.session_id)
+
+
 class SessionRunner:
     """Works through one leased session's pending events, one turn boundary at a time."""
 
-    def __init__(
-        self, *, session_id: str, lease: Lease, model: ModelClient, config: RuntimeSettings, stopping: threading.Event
-    ) -> None:
-        self.session_id = session_id
+    def __init__(self, *, lease: Lease, model: ModelClient, config: RuntimeSettings, stopping: threading.Event) -> None:
         self.lease = lease
+        self.session_id = lease.session_id
+        self.fence = lease.fence
         self.model = model
         self.config = config
         self.stopping = stopping
-        session = Session.objects.get(pk=session_id)
+        # Set by the worker when a notification names this session (an interrupt, an archive...).
+        self.attention = threading.Event()
+        self._catalog: ToolCatalog | None = None
+        self._last_check = time.monotonic()
+        self._loaded = False
+
+    def _load(self) -> None:
+        session = Session.objects.get(pk=self.session_id)
         self.agent: dict[str, Any] = session.agent_snapshot
         self.workspace_id = session.workspace_id
         self.vault_ids: list[str] = list(session.vault_ids)
         self.status = session.status
         self.honors_interrupts = session.harness.get("type") not in HARNESSES_IGNORING_INTERRUPT
-        self._catalog: ToolCatalog | None = None
-        self._last_check = 0.0
+        self.budget = BudgetMeter.for_session(session)
+        self.window = context.context_window(self.agent["model"]["id"], self.config.context_tokens)
+        self._loaded = True
 
     # -- the outer loop: turn boundaries ---------------------------------------------------------
     def run(self) -> None:
+        self._load()
         if self.status in (Status.RUNNING, Status.RESCHEDULING):
             self._run_turn()  # a turn whose worker went away: carry on from the log
         while batch := self._pending():
@@ -95,7 +146,10 @@ class SessionRunner:
 
     def _apply(self, batch: list[SessionEvent]) -> None:
         """Acknowledge the batch; an interrupt after the last input cancels the turn it would start."""
-        services.events_acknowledge(session_id=self.session_id, event_ids=[event.id for event in batch])
+        self.lease.check()
+        services.events_acknowledge(
+            session_id=self.session_id, event_ids=[event.id for event in batch], fence=self.fence
+        )
         interrupts = [event for event in batch if event.type == "user.interrupt"]
         if interrupts and not self.honors_interrupts:
             self._reject_interrupts(interrupts)
@@ -108,21 +162,28 @@ class SessionRunner:
     def _run_turn(self) -> None:
         started = time.monotonic()
         self._catalog = None
-        if self.status != Status.RUNNING:
-            self._set_status(Status.RUNNING)
+        self._set_status(Status.RUNNING)
         try:
             stop_reason = self._advance()
         except TurnInterrupted as interrupted:
-            services.events_acknowledge(session_id=self.session_id, event_ids=[e.id for e in interrupted.interrupts])
+            ids = [event.id for event in interrupted.interrupts]
+            services.events_acknowledge(session_id=self.session_id, event_ids=ids, fence=self.fence)
+            self._interrupt_outcome()
             stop_reason = {"type": "interrupted"}
+        except TurnEnded as ended:
+            stop_reason = ended.stop_reason
         except ModelError as failure:
-            self._emit_error(failure.kind, failure.message, retry="exhausted")
+            retry = "exhausted" if failure.retryable else "terminal"
+            self._emit_error(failure.kind, failure.message, retry=retry)
             stop_reason = {"type": "retries_exhausted" if failure.retryable else "error"}
-        services.session_add_usage(session_id=self.session_id, usage={}, active_seconds=time.monotonic() - started)
+        services.session_add_usage(
+            session_id=self.session_id, usage={}, active_seconds=time.monotonic() - started, fence=self.fence
+        )
         self._set_status(Status.IDLE, stop_reason)
 
     def _advance(self) -> dict[str, Any]:
         """Step until the turn ends or waits on the client; returns the idle stop reason."""
+        compactions = 0
         while True:
             self.checkpoint(force=True)
             events = self._visible_events()
@@ -132,31 +193,59 @@ class SessionRunner:
                 continue
             if work.blocking:
                 return {"type": "requires_action", "event_ids": work.blocking}
-            messages = build_messages(events)
+            messages = build_messages(events, tool_result_limit=self.config.tool_result_max_chars)
             if awaits_model(messages):
-                if self._model_step(messages):
+                self._enforce_limits(events)
+                request = self._request(messages)
+                if context.overflows(request, self.window):
+                    compactions += 1
+                    self._compact(events, compactions)
+                    continue
+                if self._model_step(request):
+                    compactions = 0
                     continue
                 return {"type": "end_turn"}  # an empty answer: asking again would loop
             outcome = latest_outcome(events)
-            if outcome is not None and not turn_graded(events) and self._grade(outcome, messages) == "needs_revision":
+            if (
+                outcome is not None
+                and not turn_graded(events)
+                and self._grade(outcome, messages, events) == "needs_revision"
+            ):
                 continue
             return {"type": "end_turn"}
 
     def _visible_events(self) -> list[SessionEvent]:
         return list(SessionEvent.objects.filter(session_id=self.session_id, seq__isnull=False).order_by("seq"))
 
+    # -- limits and budget --------------------------------------------------------------------
+    def _enforce_limits(self, events: list[SessionEvent]) -> None:
+        """Before a model call: the turn's model and tool call counts, and the session's budget."""
+        boundary = max((i for i, event in enumerate(events) if event.type in BOUNDARY_TYPES), default=-1)
+        turn = events[boundary + 1 :]
+        model_calls = sum(1 for event in turn if event.type == "span.model_request_start")
+        tool_calls = sum(1 for event in turn if event.type in TOOL_USE_TYPES)
+        if model_calls >= self.config.turn_max_model_calls or tool_calls >= self.config.turn_max_tool_calls:
+            message = (
+                f"The turn reached its limit of {self.config.turn_max_model_calls} model calls or "
+                f"{self.config.turn_max_tool_calls} tool calls ({model_calls} and {tool_calls} made)."
+            )
+            self._emit_error("tool_use_limit_reached_error", message, retry="exhausted")
+            raise TurnEnded({"type": "retries_exhausted"})
+        if self.budget.reached():
+            raise TurnEnded({"type": "budget_reached"})
+
     # -- checkpoints: interrupts, archival, lease, shutdown ---------------------------------------
     def checkpoint(self, force: bool = False) -> None:
         """Between stream chunks and steps: stop for shutdown, a lost lease, or an interrupt."""
         if self.stopping.is_set():
             raise WorkerStopping()
-        if self.lease.lost.is_set():
-            raise LeaseLost(self.session_id)
+        self.lease.check()
         now = time.monotonic()
-        if not force and now - self._last_check < self.config.check_seconds:
+        if not (force or self.attention.is_set()) and now - self._last_check < self.config.check_seconds:
             return
+        self.attention.clear()
         self._last_check = now
-        if Session.objects.filter(pk=self.session_id, status=Status.TERMINATED).exists():
+        if not Session.objects.filter(pk=self.session_id).exclude(status=Status.TERMINATED).exists():
             raise LeaseLost(self.session_id)
         interrupts = list(
             SessionEvent.objects.filter(session_id=self.session_id, seq__isnull=True, type="user.interrupt")
@@ -164,14 +253,39 @@ class SessionRunner:
         if interrupts and self.honors_interrupts:
             raise TurnInterrupted(interrupts)
         if interrupts:
-            services.events_acknowledge(session_id=self.session_id, event_ids=[event.id for event in interrupts])
+            ids = [event.id for event in interrupts]
+            services.events_acknowledge(session_id=self.session_id, event_ids=ids, fence=self.fence)
             self._reject_interrupts(interrupts)
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
-            self.stopping.wait(min(remaining, self.config.check_seconds))
-            self.checkpoint(force=True)
+            self.attention.wait(min(remaining, self.config.check_seconds))
+            self.checkpoint()
+
+    def _wait_for(self, call: Callable[[], Result]) -> Result:
+        """Run a blocking call (MCP, grader) in a thread; an interrupt, archive or shutdown abandons it.
+
+        The session's database connection is given back first, so a long wait holds none.
+        """
+        connection.close()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as error:
+                box["error"] = error
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name=f"call-{self.session_id}", daemon=True).start()
+        while not done.wait(WAIT_SLICE_SECONDS):
+            self.checkpoint()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
 
     def _reject_interrupts(self, interrupts: list[SessionEvent]) -> None:
         """`code_harness` accepts (acknowledges) the interrupt, then answers it with `session.error`."""
@@ -179,40 +293,59 @@ class SessionRunner:
             kind = "unapplied_event" if interrupt.body.get(NATIVE_BETA_FIELD) else "unknown_error"
             self._emit_error(kind, UNAPPLIED_INTERRUPT, retry="exhausted")
 
-    # -- writes --------------------------------------------------------------------------------
+    # -- writes (all fenced) ---------------------------------------------------------------------
     def _emit(self, event_type: str, body: dict[str, Any], event_id: str | None = None) -> SessionEvent:
-        return services.event_emit(session_id=self.session_id, type=event_type, body=body, event_id=event_id)
+        return services.event_emit(
+            session_id=self.session_id, type=event_type, body=body, event_id=event_id, fence=self.fence
+        )
 
     def _emit_error(self, kind: str, message: str, *, retry: str, **fields: Any) -> None:
-        error = {"type": kind, "message": message, "retry_status": {"type": retry}, **fields}
-        self._emit("session.error", {"error": error})
+        self._emit("session.error", error_body(kind, message, retry, **fields))
 
     def _set_status(self, status: str, stop_reason: dict[str, Any] | None = None) -> None:
-        services.session_transition(session_id=self.session_id, status=status, stop_reason=stop_reason)
+        services.session_transition(
+            session_id=self.session_id, status=status, stop_reason=stop_reason, fence=self.fence
+        )
         self.status = status
 
     # -- the model -----------------------------------------------------------------------------
-    def _model_step(self, messages: list[dict[str, Any]]) -> bool:
-        """Let the model speak; False when it said nothing at all."""
+    def _request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The messages request of the next step, with the agent's model settings and cache breakpoints."""
         catalog = self._tools()
-        body: dict[str, Any] = {"model": self.agent["model"]["id"], "max_tokens": self.config.max_tokens}
+        body: dict[str, Any] = {
+            "model": self.agent["model"]["id"],
+            "max_tokens": context.output_budget(self.window, self.config.max_tokens),
+            **request_options(self.agent["model"]),
+        }
         if self.agent.get("system"):
-            body["system"] = self.agent["system"]
-        body["messages"] = messages
+            body["system"] = [{"type": "text", "text": self.agent["system"], "cache_control": {"type": "ephemeral"}}]
+        body["messages"] = with_cache_breakpoint(messages)
         if tools := catalog.model_tools():
             body["tools"] = tools
+        return body
 
-        def attempt() -> ModelResponse:
-            previews = PreviewPublisher(self.session_id, self.checkpoint)
-            response = self.model.stream(body, previews)
-            response.event_ids = previews.event_ids
-            return response
+    def _model_step(self, request: dict[str, Any]) -> bool:
+        """Let the model speak; False when it said nothing at all."""
+        response = self._call_model(lambda: self._stream(request))
+        if response.cut_in_tool_call():
+            # Ask again with room to finish the call; a second cut ends the turn (the call never runs).
+            retry = {**request, "max_tokens": min(request["max_tokens"] * 2, self.window // 2)}
+            response = self._call_model(lambda: self._stream(retry))
+            if response.cut_in_tool_call():
+                raise ModelError("model_request_failed_error", CUT_TOOL_CALL, retryable=False)
+        return self._emit_response(response, self._tools()) > 0
 
-        return self._emit_response(self._call_model(attempt), catalog) > 0
+    def _stream(self, request: dict[str, Any]) -> ModelResponse:
+        previews = PreviewPublisher(self.session_id, self.checkpoint)
+        connection.close()  # no connection is held while the model writes
+        response = self.model.stream(request, previews)
+        response.event_ids = previews.event_ids
+        return response
 
     def _call_model(self, attempt: Callable[[], ModelResponse]) -> ModelResponse:
         """One model call with retries and backoff (status `rescheduling` while waiting to retry)."""
         for number in range(1, self.config.model_attempts + 1):
+            self.lease.check()
             start = self._emit("span.model_request_start", {})
             try:
                 response = attempt()
@@ -224,14 +357,15 @@ class SessionRunner:
                 if not failure.retryable or number == self.config.model_attempts:
                     raise
                 self._emit_error(failure.kind, failure.message, retry="retrying")
-                if self.status != Status.RESCHEDULING:
-                    self._set_status(Status.RESCHEDULING)
-                self._sleep(self.config.backoff(number))
+                self._set_status(Status.RESCHEDULING)
+                self._sleep(max(self.config.backoff(number), failure.retry_after or 0.0))
                 continue
             self._end_span(start, response.usage, is_error=False)
-            services.session_add_usage(session_id=self.session_id, usage=response.usage)
-            if self.status != Status.RUNNING:
-                self._set_status(Status.RUNNING)
+            cost = self.budget.charge(self.agent["model"]["id"], response.usage)
+            services.session_add_usage(
+                session_id=self.session_id, usage=response.usage, list_cost_usd=cost, fence=self.fence
+            )
+            self._set_status(Status.RUNNING)
             return response
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -265,6 +399,33 @@ class SessionRunner:
         permission = {"evaluated_permission": entry.evaluated_permission, "evaluation": entry.evaluation()}
         self._emit("agent.mcp_tool_use", {**call, "mcp_server_name": entry.tool.server_name, **permission})
 
+    # -- context compaction ------------------------------------------------------------------
+    def _compact(self, events: list[SessionEvent], compactions: int) -> None:
+        """Summarise the older part of the transcript so the next request fits the window."""
+        start = latest_compaction(events)
+        first_kept = next(
+            (
+                i
+                for i, e in enumerate(events)
+                if start is not None and e.id == events[start].body.get("first_kept_event_id")
+            ),
+            -1,
+        )
+        cut = context.compaction_cut(events, max(first_kept, 0), self.window)
+        if compactions > self.config.max_compactions or cut is None:
+            message = "The transcript cannot be compacted to fit the model's context window."
+            self._emit_error("compaction_limit_reached_error", message, retry="exhausted")
+            raise TurnEnded({"type": "retries_exhausted"})
+        older = build_messages(events[:cut], tool_result_limit=self.config.tool_result_max_chars)
+        request = context.summary_request(
+            model=self.agent["model"]["id"],
+            messages=older,
+            window=self.window,
+            max_tokens=context.output_budget(self.window, self.config.max_tokens),
+        )
+        summary = self._call_model(lambda: self._wait_for(lambda: self.model.create(request))).text()
+        self._emit(context.COMPACTED_TYPE, {"summary": summary, "first_kept_event_id": events[cut].id})
+
     # -- tools ---------------------------------------------------------------------------------
     def _tools(self) -> ToolCatalog:
         """The turn's tools, listed once per turn; a server that fails to list is reported."""
@@ -272,13 +433,14 @@ class SessionRunner:
             timeout = self.config.mcp_timeout_seconds
 
             def list_tools(server_name: str, url: str) -> list[mcp_client.McpTool]:
-                return mcp_client.list_tools(
-                    server_name=server_name, url=url, timeout=timeout, bearer=self._bearer(url)
+                bearer = self._bearer(url)
+                return self._wait_for(
+                    lambda: mcp_client.list_tools(server_name=server_name, url=url, timeout=timeout, bearer=bearer)
                 )
 
             self._catalog = build_catalog(self.agent, list_tools)
-            for server_name, message in self._catalog.failures:
-                self._emit_error("mcp_connection_failed_error", message, retry="exhausted", mcp_server_name=server_name)
+            for server_name, failure in self._catalog.failures:
+                self._emit_error(failure.kind, failure.message, retry="exhausted", mcp_server_name=server_name)
         return self._catalog
 
     def _answer_tools(self, denied: list[tuple[SessionEvent, SessionEvent]], runnable: list[SessionEvent]) -> None:
@@ -296,13 +458,17 @@ class SessionRunner:
         try:
             if server_name not in servers:
                 raise mcp_client.McpUnavailable(f"The agent has no MCP server named {server_name!r}.")
-            return mcp_client.call_tool(
-                server_name=server_name,
-                url=servers[server_name],
-                name=call.body["name"],
-                arguments=call.body["input"],
-                timeout=self.config.mcp_timeout_seconds,
-                bearer=self._bearer(servers[server_name]),
+            url, bearer = servers[server_name], self._bearer(servers[server_name])
+            self.lease.check()
+            return self._wait_for(
+                lambda: mcp_client.call_tool(
+                    server_name=server_name,
+                    url=url,
+                    name=call.body["name"],
+                    arguments=call.body["input"],
+                    timeout=self.config.mcp_timeout_seconds,
+                    bearer=bearer,
+                )
             )
         except mcp_client.McpUnavailable as error:
             return mcp_client.McpToolOutcome(content=[{"type": "text", "text": str(error)}], is_error=True)
@@ -314,39 +480,58 @@ class SessionRunner:
         self._emit("agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error})
 
     # -- outcomes ------------------------------------------------------------------------------
-    def _grade(self, outcome: SessionEvent, messages: list[dict[str, Any]]) -> str:
+    def _grade(self, outcome: SessionEvent, messages: list[dict[str, Any]], events: list[SessionEvent]) -> str:
         """Grade the transcript against the outcome's rubric; returns the (labelled) verdict."""
         definition = outcome.body
-        evaluations = Session.objects.values_list("outcome_evaluations", flat=True).get(pk=self.session_id)
-        iteration = 1 + sum(1 for item in evaluations if item.get("outcome_id") == definition["outcome_id"])
+        iteration = outcomes.iterations_done(events, definition["outcome_id"])
+        self._record_evaluation(definition, iteration, "evaluating", None)
         start = self._emit(
-            "span.outcome_evaluation_start", {"outcome_id": definition["outcome_id"], "iteration": iteration - 1}
+            "span.outcome_evaluation_start", {"outcome_id": definition["outcome_id"], "iteration": iteration}
         )
         request = outcomes.grading_request(
             model=self.agent["model"]["id"], outcome=definition, messages=messages, max_tokens=self.config.max_tokens
         )
-        response = self._call_model(lambda: self.model.create(request))
+        response = self._call_model(lambda: self._wait_for(lambda: self.model.create(request)))
         verdict, explanation = outcomes.parse_verdict(response.text())
-        result = outcomes.label(verdict, iteration=iteration, max_iterations=definition["max_iterations"])
-        evaluation = {
-            "type": "outcome_evaluation",
-            "outcome_id": definition["outcome_id"],
-            "description": definition["description"],
-            "verdict": result,
-            "explanation": explanation,
-            "iteration": iteration,
-            "max_iterations": definition["max_iterations"],
-            "evaluated_at": timestamp(timezone.now()),
-        }
+        result = outcomes.label(verdict, iteration=iteration + 1, max_iterations=definition["max_iterations"])
         end = {
             "outcome_evaluation_start_id": start.id,
             "outcome_id": definition["outcome_id"],
-            "iteration": iteration - 1,
+            "iteration": iteration,
             "result": result,
             "explanation": explanation,
             "usage": span_usage(response.usage),
         }
         with transaction.atomic():
-            services.session_add_evaluation(session_id=self.session_id, evaluation=evaluation)
+            if result == "needs_revision":  # not a result: the outcome runs again, with the feedback
+                self._record_evaluation(definition, iteration + 1, "running", explanation)
+            else:
+                self._record_evaluation(definition, iteration, result, explanation)
             self._emit("span.outcome_evaluation_end", end)
         return result
+
+    def _record_evaluation(
+        self, definition: dict[str, Any], iteration: int, result: str, explanation: str | None
+    ) -> None:
+        """The outcome's evaluation resource, in the reference client's shape."""
+        evaluation = outcomes.evaluation_resource(
+            definition, iteration=iteration, result=result, explanation=explanation
+        )
+        services.session_record_evaluation(session_id=self.session_id, evaluation=evaluation, fence=self.fence)
+
+    def _interrupt_outcome(self) -> None:
+        """An interrupted turn ends an outcome still in progress as `interrupted`."""
+        evaluations = Session.objects.values_list("outcome_evaluations", flat=True).get(pk=self.session_id)
+        for evaluation in evaluations:
+            if evaluation.get("result") in outcomes.IN_PROGRESS:
+                finished = {**evaluation, "result": "interrupted", "completed_at": timestamp(timezone.now())}
+                services.session_record_evaluation(session_id=self.session_id, evaluation=finished, fence=self.fence)
+
+
+def with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript with a prompt-cache breakpoint on the last block of its final message."""
+    if not messages or not messages[-1]["content"]:
+        return messages
+    last = messages[-1]
+    blocks = [*last["content"][:-1], {**last["content"][-1], "cache_control": {"type": "ephemeral"}}]
+    return [*messages[:-1], {**last, "content": blocks}]

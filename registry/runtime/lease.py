@@ -1,88 +1,160 @@
-"""Claiming sessions and holding them: a lease (owner, expiry) renewed by a heartbeat thread.
+"""Claiming sessions and holding them: fenced leases (owner, token, expiry) renewed by one keeper.
+
+A claim raises the session's `lease_token`; every write the turn makes carries that token (a
+`Fence`) and is refused in its own transaction once another worker has claimed the session. A
+worker also stops itself before any side effect once its lease may have run out (a renewal that
+did not land in time), so a stalled worker that wakes up writes nothing.
 
 PostgreSQL claims with `SELECT ... FOR UPDATE SKIP LOCKED`, so workers never wait on each other;
-SQLite serializes writers, and the conditional lease update is what makes a claim exclusive there.
-A worker that dies stops renewing, and once its lease runs out the session is claimable again.
+SQLite serializes writers, and the conditional update is what makes a claim exclusive there.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from registry.sessions.models import Session
-from registry.sessions.services import sessions_with_work
+from registry.sessions.services import Fence, LeaseLost, sessions_with_work
+
+__all__ = ["Claim", "Lease", "LeaseKeeper", "LeaseLost", "claim_batch"]
 
 logger = logging.getLogger(__name__)
+ORPHANED = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 
 
-class LeaseLost(Exception):
-    """Another worker holds the session now (or it was terminated): stop without writing."""
+@dataclass(frozen=True)
+class Claim:
+    """A session this worker just leased: its fence and how many times its turn has been claimed."""
+
+    fence: Fence
+    attempts: int
 
 
-def claim_next(*, owner: str, seconds: float) -> str | None:
-    """Lease the session that has waited longest for work; None when there is none."""
+def claim_batch(*, owner: str, seconds: float, limit: int) -> list[Claim]:
+    """Lease up to `limit` sessions that have waited longest for work."""
+    if limit <= 0:
+        return []
     with transaction.atomic():
         candidates = Session.objects.filter(sessions_with_work()).order_by("updated_at")
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True)
-        session_id = candidates.values_list("pk", flat=True).first()
-        if session_id is None:
-            return None
-        claimed = Session.objects.filter(sessions_with_work(), pk=session_id).update(
-            lease_owner=owner, lease_expires_at=timezone.now() + timedelta(seconds=seconds)
+        ids = list(candidates.values_list("pk", flat=True)[:limit])
+        if not ids:
+            return []
+        Session.objects.filter(sessions_with_work(), pk__in=ids).update(
+            lease_owner=owner,
+            lease_expires_at=timezone.now() + timedelta(seconds=seconds),
+            lease_token=F("lease_token") + 1,
+            turn_attempts=Case(When(status__in=ORPHANED, then=F("turn_attempts") + 1), default=Value(1)),
         )
-    return session_id if claimed else None
+        claimed = Session.objects.filter(pk__in=ids, lease_owner=owner).values_list(
+            "pk", "lease_token", "turn_attempts"
+        )
+        return [Claim(Fence(session_id, owner, token), attempts) for session_id, token, attempts in claimed]
 
 
 class Lease:
-    """One worker's hold on one session; `lost` is set once a renewal finds it gone."""
+    """One worker's hold on one session. `check()` raises once it is lost or may have run out."""
 
-    def __init__(self, *, session_id: str, owner: str, seconds: float) -> None:
-        self.session_id, self.owner, self.seconds = session_id, owner, seconds
+    def __init__(self, fence: Fence, seconds: float) -> None:
+        self.fence = fence
+        self.seconds = seconds
         self.lost = threading.Event()
-        self._stopped = threading.Event()
-        self._heartbeat = threading.Thread(target=self._beat, name=f"lease-{session_id}", daemon=True)
+        # A renewal landed at this monotonic time; the lease is trusted until `seconds` after it,
+        # less a margin for the clock skew between this host and the database.
+        self.renewed_at = time.monotonic()
 
-    def __enter__(self) -> Lease:
-        self._heartbeat.start()
-        return self
+    @property
+    def session_id(self) -> str:
+        return self.fence.session_id
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._stopped.set()
-        self._heartbeat.join()
-        self.release()
+    def trusted_until(self) -> float:
+        return self.renewed_at + self.seconds * 0.8
 
-    def _held(self) -> Q:
-        return Q(pk=self.session_id, lease_owner=self.owner) & ~Q(status=Session.Status.TERMINATED)
+    def check(self) -> None:
+        if self.lost.is_set() or time.monotonic() > self.trusted_until():
+            self.lost.set()
+            raise LeaseLost(self.session_id)
 
-    def renew(self) -> bool:
-        expires = timezone.now() + timedelta(seconds=self.seconds)
-        return bool(Session.objects.filter(self._held()).update(lease_expires_at=expires))
-
-    def release(self) -> None:
-        Session.objects.filter(pk=self.session_id, lease_owner=self.owner).update(
-            lease_owner=None, lease_expires_at=None
+    def release(self, *, keep_attempt: bool = True) -> None:
+        """Give the session back; a turn left for another worker on shutdown does not count as an attempt."""
+        fields: dict[str, object] = {"lease_owner": None, "lease_expires_at": None}
+        if not keep_attempt:
+            fields["turn_attempts"] = Case(When(turn_attempts__gt=0, then=F("turn_attempts") - 1), default=Value(0))
+        Session.objects.filter(pk=self.session_id, lease_owner=self.fence.owner, lease_token=self.fence.token).update(
+            **fields
         )
 
-    def _beat(self) -> None:
+
+class LeaseKeeper:
+    """Renews every lease of a worker in one statement, a third of a lease period apart."""
+
+    def __init__(self, *, owner: str, seconds: float) -> None:
+        self.owner, self.seconds = owner, seconds
+        self.leases: dict[str, Lease] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=10)
+
+    def hold(self, claim: Claim) -> Lease:
+        lease = Lease(claim.fence, self.seconds)
+        with self._lock:
+            self.leases[lease.session_id] = lease
+        return lease
+
+    def drop(self, lease: Lease) -> None:
+        with self._lock:
+            if self.leases.get(lease.session_id) is lease:
+                del self.leases[lease.session_id]
+
+    def renew_all(self) -> None:
+        """One UPDATE for every held lease; a lease the database no longer shows as ours is lost."""
+        with self._lock:
+            leases = list(self.leases.values())
+        if not leases:
+            return
+        started = time.monotonic()
+        held = Q()
+        for lease in leases:
+            held |= Q(pk=lease.session_id, lease_token=lease.fence.token)
+        expires = timezone.now() + timedelta(seconds=self.seconds)
+        with transaction.atomic():
+            Session.objects.filter(held, lease_owner=self.owner).exclude(status=Session.Status.TERMINATED).update(
+                lease_expires_at=expires
+            )
+            kept = set(
+                Session.objects.filter(held, lease_owner=self.owner, lease_expires_at=expires).values_list(
+                    "pk", flat=True
+                )
+            )
+        for lease in leases:
+            if lease.session_id in kept:
+                lease.renewed_at = started
+            else:
+                lease.lost.set()
+
+    def _run(self) -> None:
         try:
             while not self._stopped.wait(self.seconds / 3):
-                if not self._renew_quietly():
-                    self.lost.set()
-                    return
+                try:
+                    self.renew_all()
+                except Exception as error:  # the database is briefly away: leases age, turns stop in time
+                    logger.warning("lease renewal failed: %s", error)
+                    connection.close()
         finally:
             connection.close()
-
-    def _renew_quietly(self) -> bool:
-        """A failed renewal (database briefly away) is retried; only a missing lease counts as lost."""
-        try:
-            return self.renew()
-        except Exception as error:
-            logger.warning("lease renewal of %s failed: %s", self.session_id, error)
-            return True

@@ -11,13 +11,22 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 
 class McpUnavailable(Exception):
-    """An MCP server could not be reached or answered with a protocol error."""
+    """An MCP server could not be reached, refused our credentials, or answered with a protocol error.
+
+    `kind` is the `session.error` type: `mcp_authentication_failed_error` for a 401/403 answer,
+    `mcp_connection_failed_error` otherwise.
+    """
+
+    def __init__(self, message: str, kind: str = "mcp_connection_failed_error") -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,18 @@ def _run(coroutine: Any, server_name: str, timeout: float) -> Any:
     try:
         return asyncio.run(asyncio.wait_for(coroutine, timeout=timeout))
     except Exception as error:  # the SDK raises transport, protocol and validation errors alike
+        if _refused_credentials(error):
+            message = f"MCP server {server_name!r} refused the session's credentials."
+            raise McpUnavailable(message, "mcp_authentication_failed_error") from error
         raise McpUnavailable(f"MCP server {server_name!r} failed: {_describe(error)}") from error
+
+
+def _refused_credentials(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return any(_refused_credentials(inner) for inner in error.exceptions)
+    if isinstance(error, httpx.HTTPStatusError):
+        return error.response.status_code in (401, 403)
+    return error.__cause__ is not None and _refused_credentials(error.__cause__)
 
 
 def _describe(error: BaseException) -> str:

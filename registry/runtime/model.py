@@ -24,19 +24,55 @@ RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", 
 class ModelError(Exception):
     """A model call failed; `kind` is the `session.error` type, `retryable` says whether to try again."""
 
-    def __init__(self, kind: str, message: str, *, retryable: bool) -> None:
+    def __init__(self, kind: str, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
         super().__init__(message)
-        self.kind, self.message, self.retryable = kind, message, retryable
+        self.kind, self.message, self.retryable, self.retry_after = kind, message, retryable, retry_after
 
 
-def error_for_status(status: int, detail: str) -> ModelError:
+# `retry-after` longer than this is not waited for in one go (the retry budget ends the turn instead).
+MAX_RETRY_AFTER_SECONDS = 300.0
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """The `retry-after` header in seconds (delta-seconds only; an HTTP date is ignored)."""
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER_SECONDS) if value else None
+    except ValueError:
+        return None
+
+
+def error_for_status(status: int, detail: str, retry_after: str | None = None) -> ModelError:
     """Map an HTTP error answer: 429 and 529 and 5xx are worth a retry; other 4xx are not."""
     message = f"The model answered HTTP {status}: {detail[:500]}"
+    wait = retry_after_seconds(retry_after)
     if status == 429:
-        return ModelError("model_rate_limited_error", message, retryable=True)
+        return ModelError("model_rate_limited_error", message, retryable=True, retry_after=wait)
     if status == 529:
-        return ModelError("model_overloaded_error", message, retryable=True)
+        return ModelError("model_overloaded_error", message, retryable=True, retry_after=wait)
     return ModelError("model_request_failed_error", message, retryable=status >= 500 or status == 408)
+
+
+# Beta headers a request needs for the agent's model settings.
+FAST_MODE_BETA = "fast-mode-2026-02-01"
+API_DEFAULT_EFFORT = "high"
+
+
+def request_options(model: dict[str, Any]) -> dict[str, Any]:
+    """The agent's model settings as the messages API takes them (`output_config.effort`, `speed`,
+    `inference_geo`); defaults the API already applies are left out, so older models accept them."""
+    options: dict[str, Any] = {}
+    effort = (model.get("effort") or {}).get("type")
+    if effort and effort != API_DEFAULT_EFFORT:
+        options["output_config"] = {"effort": effort}
+    if model.get("speed") == "fast":
+        options["speed"] = "fast"
+    if model.get("inference_geo"):
+        options["inference_geo"] = model["inference_geo"]
+    return options
+
+
+def beta_headers(body: dict[str, Any]) -> dict[str, str]:
+    return {"anthropic-beta": FAST_MODE_BETA} if body.get("speed") == "fast" else {}
 
 
 class StreamObserver(Protocol):
@@ -67,6 +103,12 @@ class ModelResponse:
     def text(self) -> str:
         return "".join(block.get("text", "") for block in self.content if block.get("type") == "text")
 
+    def cut_in_tool_call(self) -> bool:
+        """A tool call whose input did not arrive whole (max_tokens, or unreadable JSON): never run it."""
+        return any(block.get("type") == "tool_use" and block.get("incomplete") for block in self.content) or (
+            self.stop_reason == "max_tokens" and bool(self.content) and self.content[-1].get("type") == "tool_use"
+        )
+
 
 def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     """(event name, data) pairs from Server-Sent Event lines; comments and ids are ignored."""
@@ -92,6 +134,7 @@ class StreamAccumulator:
         self.response = ModelResponse()
         self.blocks: dict[int, dict[str, Any]] = {}
         self.tool_input: dict[int, str] = {}
+        self.stopped: set[int] = set()
         self.finished = False
 
     def feed(self, name: str, payload: dict[str, Any]) -> None:
@@ -136,36 +179,44 @@ class StreamAccumulator:
             self.tool_input[index] += delta.get("partial_json", "")
 
     def _finish_block(self, index: int) -> None:
+        self.stopped.add(index)
         block = self.blocks[index]
         if block["type"] == "tool_use" and self.tool_input.get(index):
-            block["input"] = parse_tool_input(self.tool_input[index])
+            parsed = parse_tool_input(self.tool_input[index])
+            block["input"] = parsed if parsed is not None else {}
+            if parsed is None:
+                block["incomplete"] = True
 
     def result(self) -> ModelResponse:
         if not self.finished:
             raise ModelError("model_request_failed_error", "The model stream ended early.", retryable=True)
+        for index, block in self.blocks.items():
+            if block["type"] == "tool_use" and index not in self.stopped:
+                block["incomplete"] = True  # the block never stopped
         self.response.content = [self.blocks[index] for index in sorted(self.blocks)]
         return self.response
 
 
-def parse_tool_input(raw: str) -> dict[str, Any]:
-    """A tool call's JSON input; a truncated or non-object input becomes an empty object."""
+def parse_tool_input(raw: str) -> dict[str, Any] | None:
+    """A tool call's JSON input; None when it is truncated or not an object."""
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class ModelClient:
     """One HTTP client for a worker's model calls."""
 
-    def __init__(self, *, base_url: str, api_key: str, config: RuntimeSettings) -> None:
+    def __init__(self, *, base_url: str, api_key: str, config: RuntimeSettings, pool_size: int = 10) -> None:
         self.url = base_url.rstrip("/") + "/v1/messages"
         self.headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         if api_key:
             self.headers["authorization"] = f"Bearer {api_key}"
         timeout = httpx.Timeout(config.model_timeout_seconds, connect=10.0)
-        self.http = httpx.Client(timeout=timeout)
+        limits = httpx.Limits(max_connections=pool_size + 4, max_keepalive_connections=pool_size)
+        self.http = httpx.Client(timeout=timeout, limits=limits)
 
     def close(self) -> None:
         self.http.close()
@@ -174,9 +225,11 @@ class ModelClient:
         """A streaming call; the observer's checkpoint runs after every stream event."""
         accumulator = StreamAccumulator(observer)
         try:
-            with self.http.stream("POST", self.url, json={**body, "stream": True}, headers=self.headers) as answer:
+            headers = {**self.headers, **beta_headers(body)}
+            with self.http.stream("POST", self.url, json={**body, "stream": True}, headers=headers) as answer:
                 if answer.status_code >= 400:
-                    raise error_for_status(answer.status_code, answer.read().decode(errors="replace"))
+                    detail = answer.read().decode(errors="replace")
+                    raise error_for_status(answer.status_code, detail, answer.headers.get("retry-after"))
                 for name, data in sse_events(answer.iter_lines()):
                     if data.strip() and name != "ping":
                         accumulator.feed(name, json.loads(data))
@@ -192,11 +245,12 @@ class ModelClient:
     def create(self, body: dict[str, Any]) -> ModelResponse:
         """A non-streaming call (the outcome grader's)."""
         try:
-            answer = self.http.post(self.url, json={**body, "stream": False}, headers=self.headers)
+            headers = {**self.headers, **beta_headers(body)}
+            answer = self.http.post(self.url, json={**body, "stream": False}, headers=headers)
         except httpx.HTTPError as error:
             raise transport_error(error) from error
         if answer.status_code >= 400:
-            raise error_for_status(answer.status_code, answer.text)
+            raise error_for_status(answer.status_code, answer.text, answer.headers.get("retry-after"))
         try:
             payload = answer.json()
         except ValueError:

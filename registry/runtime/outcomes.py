@@ -11,9 +11,15 @@ import json
 import re
 from typing import Any
 
+from django.utils import timezone
+
+from registry.core.serialization import timestamp
 from registry.runtime.transcript import rubric_text
+from registry.sessions.models import SessionEvent
 
 VERDICTS = ("satisfied", "needs_revision")
+# `result` values of an evaluation still under way; the others are terminal and set `completed_at`.
+IN_PROGRESS = ("pending", "running", "evaluating")
 GRADER_SYSTEM = (
     "You grade an AI agent's work. Read the outcome, its rubric and the conversation transcript, then "
     'answer with only a JSON object: {"verdict": "satisfied" | "needs_revision", "explanation": "<why; '
@@ -53,3 +59,24 @@ def label(verdict: str, *, iteration: int, max_iterations: int) -> str:
     if verdict == "needs_revision" and iteration >= max_iterations:
         return "max_iterations_reached"
     return verdict
+
+
+def iterations_done(events: list[SessionEvent], outcome_id: str) -> int:
+    """How many evaluations of the outcome have finished: the 0-indexed iteration of the next one."""
+    return sum(1 for e in events if e.type == "span.outcome_evaluation_end" and e.body.get("outcome_id") == outcome_id)
+
+
+def evaluation_resource(
+    definition: dict[str, Any], *, iteration: int, result: str, explanation: str | None
+) -> dict[str, Any]:
+    """`BetaManagedAgentsOutcomeEvaluationResource`: one per outcome, its latest state."""
+    return {
+        "type": "outcome_evaluation",
+        "outcome_id": definition["outcome_id"],
+        "description": definition["description"],
+        "result": result,
+        "explanation": explanation,
+        "iteration": iteration,
+        "max_iterations": definition["max_iterations"],
+        "completed_at": None if result in IN_PROGRESS else timestamp(timezone.now()),
+    }

@@ -43,7 +43,7 @@ class ToolCatalog:
 
     custom: dict[str, dict[str, Any]] = field(default_factory=dict)
     mcp: dict[str, McpEntry] = field(default_factory=dict)
-    failures: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[tuple[str, McpUnavailable]] = field(default_factory=list)
 
     def model_tools(self) -> list[dict[str, Any]]:
         """The `tools` of a vendor-B request."""
@@ -78,7 +78,7 @@ def build_catalog(agent: dict[str, Any], list_tools: ToolLister) -> ToolCatalog:
         try:
             listed = list_tools(server_name, urls[server_name])
         except McpUnavailable as error:
-            catalog.failures.append((server_name, str(error)))
+            catalog.failures.append((server_name, error))
             continue
         for tool in listed:
             _add_mcp_tool(catalog, toolset, tool, urls[server_name])

@@ -9,11 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.runtime.context import COMPACTED_TYPE, SUMMARY_PREFIX, truncate_middle
 from registry.sessions.models import SessionEvent
 
 # Events after which earlier unanswered tool calls no longer hold the turn up.
 BOUNDARY_TYPES = ("user.message", "user.define_outcome", "user.interrupt")
-TOOL_USE_TYPES = ("agent.custom_tool_use", "agent.mcp_tool_use")
+TOOL_USE_TYPES = ("agent.custom_tool_use", "agent.mcp_tool_use", "agent.tool_use")
+# Result event type -> the field naming the call it answers.
+TOOL_RESULT_FIELDS = {
+    "user.custom_tool_result": "custom_tool_use_id",
+    "agent.mcp_tool_result": "mcp_tool_use_id",
+    "agent.tool_result": "tool_use_id",
+    "user.tool_result": "tool_use_id",
+}
+TRUNCATED_RESULT_NOTE = "characters of this tool result truncated; the full result is in the session's event log"
 INTERRUPTED_RESULT = "The tool call was abandoned: the turn was interrupted or superseded by new input."
 
 
@@ -41,9 +50,10 @@ def feedback_prompt(body: dict[str, Any]) -> str:
 class MessageBuilder:
     """Accumulates messages, merging consecutive content of one role and pairing tool calls with results."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool_result_limit: int = 0) -> None:
         self.messages: list[dict[str, Any]] = []
         self.open_tool_uses: list[str] = []
+        self.tool_result_limit = tool_result_limit
 
     def add(self, role: str, block: dict[str, Any]) -> None:
         if self.messages and self.messages[-1]["role"] == role:
@@ -64,8 +74,18 @@ class MessageBuilder:
         self.open_tool_uses.remove(tool_use_id)
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "is_error": bool(is_error)}
         if content:
-            block["content"] = content
+            block["content"] = [self._bounded(item) for item in content]
         self.add("user", block)
+
+    def _bounded(self, block: dict[str, Any]) -> dict[str, Any]:
+        """A long text block of a tool result, cut in the middle to the configured limit."""
+        if (
+            self.tool_result_limit
+            and block.get("type") == "text"
+            and len(block.get("text", "")) > self.tool_result_limit
+        ):
+            return {**block, "text": truncate_middle(block["text"], self.tool_result_limit, unit=TRUNCATED_RESULT_NOTE)}
+        return block
 
     def user_content(self, blocks: list[dict[str, Any]]) -> None:
         """New user input closes every call still open, so the transcript stays well formed."""
@@ -75,10 +95,10 @@ class MessageBuilder:
             self.add("user", block)
 
 
-def build_messages(events: list[SessionEvent]) -> list[dict[str, Any]]:
-    """The vendor-B `messages` for the visible events, in order."""
-    builder = MessageBuilder()
-    for event in events:
+def build_messages(events: list[SessionEvent], *, tool_result_limit: int = 0) -> list[dict[str, Any]]:
+    """The vendor-B `messages` for the visible events, in order, from the latest compaction on."""
+    builder = MessageBuilder(tool_result_limit)
+    for event in transcript_events(events, builder):
         body = event.body
         if event.type == "user.message":
             builder.user_content(body["content"])
@@ -91,11 +111,26 @@ def build_messages(events: list[SessionEvent]) -> list[dict[str, Any]]:
                 builder.add("assistant", block)
         elif event.type in TOOL_USE_TYPES:
             builder.tool_use(event)
-        elif event.type == "user.custom_tool_result":
-            builder.tool_result(body["custom_tool_use_id"], body.get("content"), body.get("is_error"))
-        elif event.type == "agent.mcp_tool_result":
-            builder.tool_result(body["mcp_tool_use_id"], body.get("content"), body.get("is_error"))
+        elif event.type in TOOL_RESULT_FIELDS:
+            builder.tool_result(body.get(TOOL_RESULT_FIELDS[event.type]), body.get("content"), body.get("is_error"))
     return builder.messages
+
+
+def latest_compaction(events: list[SessionEvent]) -> int | None:
+    """The index of the last `agent.thread_context_compacted` event."""
+    return next((index for index in range(len(events) - 1, -1, -1) if events[index].type == COMPACTED_TYPE), None)
+
+
+def transcript_events(events: list[SessionEvent], builder: MessageBuilder) -> list[SessionEvent]:
+    """The events the model sees: after a compaction, its summary stands for everything before the
+    first event it kept."""
+    compaction = latest_compaction(events)
+    if compaction is None:
+        return events
+    body = events[compaction].body
+    builder.user_content([{"type": "text", "text": SUMMARY_PREFIX + body["summary"]}])
+    kept_from = next((i for i, event in enumerate(events) if event.id == body.get("first_kept_event_id")), compaction)
+    return [event for index, event in enumerate(events) if index >= kept_from and index != compaction]
 
 
 def awaits_model(messages: list[dict[str, Any]]) -> bool:
@@ -115,8 +150,7 @@ class ToolWork:
 def tool_work(events: list[SessionEvent]) -> ToolWork:
     """Calls after the last turn boundary that no result answers yet."""
     boundary = max((index for index, event in enumerate(events) if event.type in BOUNDARY_TYPES), default=-1)
-    answered = {event.body.get("custom_tool_use_id") for event in events if event.type == "user.custom_tool_result"}
-    answered |= {event.body.get("mcp_tool_use_id") for event in events if event.type == "agent.mcp_tool_result"}
+    answered = {event.body.get(TOOL_RESULT_FIELDS[event.type]) for event in events if event.type in TOOL_RESULT_FIELDS}
     confirmations = {event.body["tool_use_id"]: event for event in events if event.type == "user.tool_confirmation"}
     work = ToolWork()
     for call in events[boundary + 1 :]:

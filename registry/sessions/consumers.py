@@ -24,7 +24,7 @@ from rest_framework import exceptions as drf_exceptions
 from registry.core.authentication import Principal, WorkspaceAuthentication
 from registry.core.errors import ErrorType, error_body
 from registry.core.ids import new_id
-from registry.sessions import selectors
+from registry.sessions import notify, selectors
 from registry.sessions.events import DELTA_TYPES
 from registry.sessions.models import Session
 from registry.sessions.tail import sse_frame, tail_for
@@ -90,6 +90,7 @@ class SessionStreamConsumer(AsyncHttpConsumer):
             raise StreamRefused(400, ErrorType.INVALID_REQUEST, str(error)) from None
         self.last_seq = (cursor - 1) if cursor is not None else session.last_seq
         self.tail = tail_for(session_id)
+        notify.register_consumer_loop()
         if cursor is None:
             await self.tail.seed(session.last_seq)
         self.last_write = time.monotonic()

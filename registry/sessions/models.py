@@ -40,6 +40,13 @@ class Session(ArchivableResource):
     has_pending_events = models.BooleanField(default=False)
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The fencing token: raised on every claim, checked by every runtime write in its transaction.
+    lease_token = models.PositiveBigIntegerField(default=0)
+    # Claims of the turn in flight; a turn whose workers died this many times ends with an error.
+    turn_attempts = models.PositiveSmallIntegerField(default=0)
+    # `{"type": "limit", "max_list_cost": {"amount": "<minor units>", "currency": "USD"}}` or null.
+    budget = models.JSONField(null=True, blank=True)
+    list_cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
 
     class Meta:
         indexes = [

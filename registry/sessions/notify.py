@@ -1,19 +1,41 @@
-"""Wake-ups and deltas over the channel layer. Only a signal: a lost message delays, never loses."""
+"""Wake-ups: streams and deltas over the channel layer, runtime workers over LISTEN/NOTIFY.
+
+Only signals: a lost message delays, never loses (streams and workers also read on a timer).
+On PostgreSQL a `pg_notify` on `RUNTIME_CHANNEL` is delivered to every worker when the transaction
+commits; a worker running in this process (the embedded default) is also called directly.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import connection, transaction
 
 logger = logging.getLogger(__name__)
+
+RUNTIME_CHANNEL = "registry_runtime"
+# Runtime workers in this process (the embedded default), called with a session id after commit.
+_local_runtime_listeners: list[Callable[[str], None]] = []
+# The event loop of this process's stream consumers; the in-memory channel layer lives on it.
+_consumer_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
 
 
 def group_name(session_id: str) -> str:
     return f"session.{session_id}"
+
+
+def register_consumer_loop() -> None:
+    """Called by a stream consumer on its loop: sends from other threads are handed to that loop."""
+    global _consumer_loop
+    with _loop_lock:
+        _consumer_loop = asyncio.get_running_loop()
 
 
 def _send(session_id: str, message: dict[str, Any]) -> None:
@@ -21,9 +43,32 @@ def _send(session_id: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group_name(session_id), message)
+        loop = _consumer_loop
+        if loop is not None and loop.is_running() and layer.__class__.__name__ == "InMemoryChannelLayer":
+            # The in-memory layer's queues belong to the consumers' loop: send there, not in a new one.
+            asyncio.run_coroutine_threadsafe(layer.group_send(group_name(session_id), message), loop).result(5)
+        else:
+            async_to_sync(layer.group_send)(group_name(session_id), message)
     except Exception as error:  # the layer is only a wake-up: streams fall back to their database timer
         logger.warning("channel layer unavailable for %s: %s", session_id, type(error).__name__)
+
+
+def add_local_runtime_listener(listener: Callable[[str], None]) -> None:
+    _local_runtime_listeners.append(listener)
+
+
+def remove_local_runtime_listener(listener: Callable[[str], None]) -> None:
+    if listener in _local_runtime_listeners:
+        _local_runtime_listeners.remove(listener)
+
+
+def wake_runtime(session_id: str) -> None:
+    """Tell runtime workers that a session has new work or changed (appended events, archive, delete)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [RUNTIME_CHANNEL, session_id])
+    if _local_runtime_listeners:
+        transaction.on_commit(lambda: [listener(session_id) for listener in list(_local_runtime_listeners)])
 
 
 def wake_after_commit(session_id: str) -> None:

@@ -37,6 +37,7 @@ def render_session(session: Session) -> dict[str, Any]:
         "usage": {**session.usage, "active_seconds": session.active_seconds},
         "stats": {"active_seconds": session.active_seconds, "duration_seconds": duration},
         "outcome_evaluations": session.outcome_evaluations,
+        "budget": session.budget,
         "created_at": timestamp(session.created_at),
         "updated_at": timestamp(session.updated_at),
         "archived_at": timestamp(session.archived_at),
@@ -90,19 +91,20 @@ def events_after(*, session_id: str, after_seq: int, limit: int = 500) -> list[S
 
 
 def latest_outcome(session: Session) -> dict[str, Any] | None:
-    """The latest evaluation; a defined outcome not yet evaluated answers with a null verdict."""
-    if session.outcome_evaluations:
-        return dict(session.outcome_evaluations[-1])
+    """The latest outcome's evaluation; a defined outcome the runtime has not started on is `pending`."""
     defined = SessionEvent.objects.filter(session=session, type="user.define_outcome").order_by("-created_at").first()
+    latest = session.outcome_evaluations[-1] if session.outcome_evaluations else None
+    if latest is not None and (defined is None or latest["outcome_id"] == defined.body["outcome_id"]):
+        return dict(latest)
     if defined is None:
         return None
     return {
         "type": "outcome_evaluation",
         "outcome_id": defined.body["outcome_id"],
         "description": defined.body["description"],
-        "verdict": None,
+        "result": "pending",
         "explanation": None,
         "iteration": 0,
         "max_iterations": defined.body["max_iterations"],
-        "evaluated_at": None,
+        "completed_at": None,
     }

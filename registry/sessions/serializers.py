@@ -100,6 +100,18 @@ class HarnessSerializer(StrictSerializer):
         return attrs
 
 
+class MonetaryAmountSerializer(StrictSerializer):
+    amount = serializers.RegexField(r"^(0|[1-9][0-9]{0,15})$")
+    currency = serializers.ChoiceField(choices=["USD"])
+
+
+class BudgetSerializer(StrictSerializer):
+    """`BetaManagedAgentsBudgetLimitParam`: a hard list-cost ceiling in minor units of USD."""
+
+    type = serializers.ChoiceField(choices=["limit"])
+    max_list_cost = MonetaryAmountSerializer()
+
+
 class SessionCreateSerializer(StrictSerializer):
     agent = AgentReferenceField()
     environment_id = serializers.RegexField(r"^env_[A-Za-z0-9_-]+$")
@@ -117,11 +129,13 @@ class SessionCreateSerializer(StrictSerializer):
         max_length=100,
     )
     harness = HarnessSerializer(required=False)
+    budget = BudgetSerializer(required=False)
 
 
 class SessionUpdateSerializer(StrictSerializer):
     title = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=512)
     metadata = MetadataField(required=False, allow_null_values=True)
+    budget = BudgetSerializer(required=False, allow_null=True)
 
 
 class SessionSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -141,6 +155,7 @@ class SessionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     usage = serializers.DictField()
     stats = serializers.DictField()
     outcome_evaluations = serializers.ListField(child=serializers.DictField())
+    budget = BudgetSerializer(allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)

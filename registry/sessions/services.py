@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -16,11 +18,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from registry.agents.models import Agent, AgentVersion
-from registry.core.errors import invalid_request
+from registry.core.errors import conflict, invalid_request
 from registry.core.fields import merge_metadata
+from registry.core.ids import new_id
 from registry.core.secrets import seal
 from registry.core.selectors import require_live
 from registry.environments.models import Environment
+from registry.extensions.selectors import list_price
 from registry.files.selectors import check_file_resources
 from registry.gitcreds.selectors import git_credential_for_url
 from registry.memory.models import MemoryStore
@@ -30,6 +34,7 @@ from registry.sessions.models import Session, SessionEvent
 from registry.vaults.models import Vault
 from registry.workspaces.models import Workspace
 
+ZERO = Decimal(0)
 EMPTY_USAGE = {
     "input_tokens": 0,
     "output_tokens": 0,
@@ -98,11 +103,25 @@ def _resource_record(resource: dict[str, Any], now: str) -> dict[str, Any]:
     return record
 
 
+BUDGET_PROVIDER = "vendor_b"  # the runtime speaks the messages shape
+
+
+def _check_budgetable(spec: dict[str, Any]) -> None:
+    """A budget needs a list price for the session's model (pricing group, provider `vendor_b`)."""
+    model = spec["model"]["id"]
+    if list_price(provider=BUDGET_PROVIDER, model=model) is None:
+        raise invalid_request(
+            f"budget: model_not_budgetable: model {model} has no list price, so no budget can measure it."
+        )
+
+
 @transaction.atomic
 def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
     agent, version, spec = _resolve_agent(workspace, values["agent"])
     environment = _resolve_environment(workspace, values["environment_id"])
     _check_references(workspace, values)
+    if values.get("budget"):
+        _check_budgetable(spec)
     check_file_resources(workspace_id=workspace.pk, resources=values.get("resources") or [])
     now = timezone.now().isoformat()
     session = Session.objects.create(
@@ -123,6 +142,7 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
             for item in values.get("resources") or []
         ],
         usage=EMPTY_USAGE,
+        budget=values.get("budget"),
     )
     initial_events = values.get("initial_events") or []
     if initial_events:
@@ -137,8 +157,25 @@ def session_update(*, session: Session, values: dict[str, Any]) -> Session:
         locked.title = values["title"]
     if "metadata" in values:
         locked.metadata = merge_metadata(locked.metadata, values["metadata"])
-    locked.save(update_fields=["title", "metadata", "updated_at"])
+    if "budget" in values:
+        _update_budget(locked, values["budget"])
+    locked.save(update_fields=["title", "metadata", "budget", "updated_at"])
     return locked
+
+
+def _update_budget(session: Session, budget: dict[str, Any] | None) -> None:
+    """Replace or remove a budget, by the reference client's rules."""
+    if session.status == Session.Status.TERMINATED:
+        raise conflict("session_terminated: a terminated session's budget cannot change.")
+    if budget is not None and session.budget is None:
+        raise invalid_request("budget: budget_create_only: a budget can only be set on a session created with one.")
+    if budget is not None:
+        if Decimal(budget["max_list_cost"]["amount"]) / 100 <= session.list_cost_usd:
+            raise invalid_request(
+                "budget: budget_not_raised: max_list_cost must exceed the list cost already consumed."
+            )
+        _check_budgetable(session.agent_snapshot)
+    session.budget = budget
 
 
 @transaction.atomic
@@ -158,6 +195,7 @@ def session_archive(*, session: Session) -> Session:
 def session_delete(*, session: Session) -> None:
     Session.objects.filter(pk=session.pk).delete()
     notify.wake_after_commit(session.pk)
+    notify.wake_runtime(session.pk)
 
 
 # -- user events ----------------------------------------------------------------------------------
@@ -212,7 +250,7 @@ def _stored_body(event: dict[str, Any], native: bool) -> dict[str, Any]:
     if native:
         body[NATIVE_BETA_FIELD] = True
     if event["type"] == "user.define_outcome":
-        body["outcome_id"] = f"outcome_{secrets.token_hex(12)}"
+        body["outcome_id"] = new_id("outc")
         body["max_iterations"] = body.get("max_iterations") or MAX_ITERATIONS_DEFAULT
     return body
 
@@ -222,7 +260,7 @@ def events_append(*, session: Session, events: Iterable[dict[str, Any]], native:
     """Append user events, all or none. They become visible once the runtime acknowledges them."""
     locked = Session.objects.select_for_update().select_related("environment").get(pk=session.pk)
     if locked.status == Session.Status.TERMINATED:
-        raise invalid_request("This session is terminated and accepts no more events.")
+        raise invalid_request("session_terminated: this session is terminated and accepts no more events.")
     events = list(events)
     kinds = {event["type"] for event in events}
     # Only batches that answer something pay for reading what is open (plain messages stay O(1)).
@@ -235,20 +273,48 @@ def events_append(*, session: Session, events: Iterable[dict[str, Any]], native:
     created = [SessionEvent(session=locked, type=event["type"], body=_stored_body(event, native)) for event in events]
     SessionEvent.objects.bulk_create(created)
     Session.objects.filter(pk=locked.pk).update(has_pending_events=True, updated_at=timezone.now())
+    notify.wake_runtime(locked.pk)
     return created
 
 
 # -- runtime writes -------------------------------------------------------------------------------
-def _next_seq(session_id: str) -> int:
+class LeaseLost(Exception):
+    """The writer no longer holds the session: another worker took it over, or it was terminated or deleted."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A runtime worker's claim on a session: its owner id and the token the claim was given."""
+
+    session_id: str
+    owner: str
+    token: int
+
+
+def _lock_session(session_id: str, fence: Fence | None) -> Session:
+    """Lock the session row; a fenced write is refused unless the fence still holds it."""
+    session = Session.objects.select_for_update().only("last_seq", "status", "lease_owner", "lease_token")
+    found = session.filter(pk=session_id).first()
+    if found is None:
+        raise LeaseLost(f"session {session_id} no longer exists")
+    if fence is not None and (
+        found.lease_owner != fence.owner
+        or found.lease_token != fence.token
+        or found.status == Session.Status.TERMINATED
+    ):
+        raise LeaseLost(f"session {session_id} is no longer held by {fence.owner} (token {fence.token})")
+    return found
+
+
+def _next_seq(session_id: str, fence: Fence | None) -> int:
     """The next sequence number; the caller holds the session row lock until commit."""
-    session = Session.objects.select_for_update().only("last_seq").get(pk=session_id)
-    return session.last_seq + 1
+    return _lock_session(session_id, fence).last_seq + 1
 
 
 @transaction.atomic
-def events_acknowledge(*, session_id: str, event_ids: Iterable[str]) -> list[SessionEvent]:
+def events_acknowledge(*, session_id: str, event_ids: Iterable[str], fence: Fence | None = None) -> list[SessionEvent]:
     """Mark user events processed: each gets `processed_at` and the next `seq`, in append order."""
-    seq = _next_seq(session_id)
+    seq = _next_seq(session_id, fence)
     now = timezone.now()
     pending = list(
         SessionEvent.objects.filter(session_id=session_id, pk__in=list(event_ids), seq__isnull=True).order_by(
@@ -266,9 +332,11 @@ def events_acknowledge(*, session_id: str, event_ids: Iterable[str]) -> list[Ses
 
 
 @transaction.atomic
-def event_emit(*, session_id: str, type: str, body: dict[str, Any], event_id: str | None = None) -> SessionEvent:
+def event_emit(
+    *, session_id: str, type: str, body: dict[str, Any], event_id: str | None = None, fence: Fence | None = None
+) -> SessionEvent:
     """Append a visible event produced by the session (`agent.*`, `session.*`, `span.*`)."""
-    seq = _next_seq(session_id)
+    seq = _next_seq(session_id, fence)
     now = timezone.now()
     event = SessionEvent(session_id=session_id, seq=seq, type=type, body=body, processed_at=now)
     if event_id:
@@ -285,24 +353,60 @@ STATUS_EVENTS = {
     Session.Status.IDLE: "session.status_idle",
     Session.Status.TERMINATED: "session.status_terminated",
 }
+Status = Session.Status
+# The one lifecycle table: `terminated` is final, everything else may end in it.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    Status.IDLE: frozenset({Status.RUNNING, Status.TERMINATED}),
+    Status.RUNNING: frozenset({Status.IDLE, Status.RESCHEDULING, Status.TERMINATED}),
+    Status.RESCHEDULING: frozenset({Status.RUNNING, Status.IDLE, Status.TERMINATED}),
+    Status.TERMINATED: frozenset(),
+}
+
+
+class SessionTerminated(LeaseLost):
+    """A transition was asked of a terminated session: `terminated` is final."""
 
 
 @transaction.atomic
-def session_transition(*, session_id: str, status: str, stop_reason: dict[str, Any] | None = None) -> SessionEvent:
-    """Set the status and emit its `session.status_*` event in the same transaction."""
-    _next_seq(session_id)  # take the row lock first, so status and event change together
-    fields: dict[str, Any] = {"status": status, "stop_reason": stop_reason if status == Session.Status.IDLE else None}
-    if status == Session.Status.TERMINATED:
+def session_transition(
+    *, session_id: str, status: str, stop_reason: dict[str, Any] | None = None, fence: Fence | None = None
+) -> SessionEvent | None:
+    """Move along the lifecycle table and emit the `session.status_*` event in the same transaction.
+
+    Runs under the session row lock, so an archive and a running turn's last write are ordered: once
+    terminated, every later transition raises `SessionTerminated`. A move to the current status is
+    a no-op (None).
+    """
+    current = _lock_session(session_id, fence).status
+    if current == Status.TERMINATED:
+        raise SessionTerminated(f"session {session_id} is terminated")
+    if status == current:
+        return None
+    if status not in TRANSITIONS[current]:
+        raise ValueError(f"session {session_id}: no transition from {current} to {status}")
+    fields: dict[str, Any] = {"status": status, "stop_reason": stop_reason if status == Status.IDLE else None}
+    if status == Status.TERMINATED:
         fields.update(lease_owner=None, lease_expires_at=None)
+        notify.wake_runtime(session_id)
+    if status == Status.IDLE:
+        fields["turn_attempts"] = 0
     Session.objects.filter(pk=session_id).update(**fields)
-    body = {"stop_reason": stop_reason} if status == Session.Status.IDLE else {}
-    return event_emit(session_id=session_id, type=STATUS_EVENTS[Session.Status(status)], body=body)
+    body = {"stop_reason": stop_reason} if status == Status.IDLE else {}
+    return event_emit(session_id=session_id, type=STATUS_EVENTS[Session.Status(status)], body=body, fence=fence)
 
 
 @transaction.atomic
-def session_add_usage(*, session_id: str, usage: dict[str, int], active_seconds: float = 0.0) -> None:
-    """Accumulate a model call's token usage and the turn's active time."""
-    session = Session.objects.select_for_update().get(pk=session_id)
+def session_add_usage(
+    *,
+    session_id: str,
+    usage: dict[str, int],
+    active_seconds: float = 0.0,
+    list_cost_usd: Decimal = ZERO,
+    fence: Fence | None = None,
+) -> None:
+    """Accumulate a model call's token usage and list cost, and the turn's active time."""
+    _lock_session(session_id, fence)
+    session = Session.objects.get(pk=session_id)
     totals = {**EMPTY_USAGE, **session.usage}
     for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
         totals[key] = totals.get(key, 0) + int(usage.get(key) or 0)
@@ -313,13 +417,17 @@ def session_add_usage(*, session_id: str, usage: dict[str, int], active_seconds:
     totals["cache_creation"] = creation
     session.usage = totals
     session.active_seconds += active_seconds
-    session.save(update_fields=["usage", "active_seconds", "updated_at"])
+    session.list_cost_usd += list_cost_usd
+    session.save(update_fields=["usage", "active_seconds", "list_cost_usd", "updated_at"])
 
 
 @transaction.atomic
-def session_add_evaluation(*, session_id: str, evaluation: dict[str, Any]) -> None:
-    session = Session.objects.select_for_update().get(pk=session_id)
-    session.outcome_evaluations = [*session.outcome_evaluations, evaluation]
+def session_record_evaluation(*, session_id: str, evaluation: dict[str, Any], fence: Fence | None = None) -> None:
+    """Set an outcome's evaluation: one entry per outcome, holding its latest state."""
+    _lock_session(session_id, fence)
+    session = Session.objects.get(pk=session_id)
+    kept = [item for item in session.outcome_evaluations if item.get("outcome_id") != evaluation["outcome_id"]]
+    session.outcome_evaluations = [*kept, evaluation]
     session.save(update_fields=["outcome_evaluations", "updated_at"])
 
 

@@ -272,7 +272,8 @@ def test_define_outcome_defaults_and_outcome_endpoint(api, session):
     )
     outcome = api.get(f"/v1/sessions/{session['id']}/outcome").json()
     assert outcome["type"] == "outcome_evaluation" and outcome["max_iterations"] == 3
-    assert outcome["verdict"] is None and outcome["description"] == "A poem"
+    assert outcome["result"] == "pending" and outcome["description"] == "A poem"
+    assert outcome["outcome_id"].startswith("outc_") and outcome["completed_at"] is None
 
 
 def test_tool_confirmation_answers_a_pending_call_once(api, session):

@@ -79,6 +79,17 @@ class LiveRegistry:
     process: Process
 
 
+def transcript(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A model request's messages without prompt-cache breakpoints (tested once, in the text turn)."""
+    return [
+        {
+            **message,
+            "content": [{k: v for k, v in block.items() if k != "cache_control"} for block in message["content"]],
+        }
+        for message in body["messages"]
+    ]
+
+
 def text_of(event: dict[str, Any]) -> str:
     return "".join(block.get("text", "") for block in event.get("content") or [])
 

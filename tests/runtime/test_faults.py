@@ -107,7 +107,9 @@ def test_a_refused_request_is_not_retried(model, open_session):
     chat.say("hello?")
     events = chat.wait_idle()
     assert stop_reasons(events) == ["error"] and len(model.requests) == 1
-    assert of_type(events, "session.error")[0]["error"]["retry_status"] == {"type": "exhausted"}
+    assert of_type(events, "session.error")[0]["error"]["retry_status"] == {
+        "type": "terminal"
+    }  # a refusal is not worth retrying
 
 
 def test_killed_worker_loses_no_user_event(model, open_session, workers, start_worker):

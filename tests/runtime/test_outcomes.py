@@ -50,18 +50,19 @@ def test_needs_revision_runs_another_turn_until_max_iterations(model, open_sessi
     assert "Not three lines." in revision["messages"][-1]["content"][0]["text"]
 
     latest = outcome(chat)
-    assert latest["verdict"] == "max_iterations_reached" and latest["iteration"] == 2
+    assert latest["result"] == "max_iterations_reached" and latest["iteration"] == 1  # 0-indexed
     assert latest["max_iterations"] == 2 and latest["explanation"] == "Syllables are off."
-    assert latest["description"] == "A haiku about rain" and latest["evaluated_at"]
-    evaluations = chat.session()["outcome_evaluations"]
-    assert [item["verdict"] for item in evaluations] == ["needs_revision", "max_iterations_reached"]
+    assert latest["description"] == "A haiku about rain" and latest["completed_at"]
+    assert latest["outcome_id"].startswith("outc_")
+    [evaluation] = chat.sdk.beta.sessions.retrieve(chat.session_id).outcome_evaluations
+    assert evaluation.result == "max_iterations_reached" and evaluation.completed_at is not None
 
     # Past max_iterations evaluation goes on after every turn; only the label changes.
     model.add(replies.text("One more try"), replies.verdict("needs_revision", "Still off."))
     chat.say("try once more")
     events = chat.wait_idle(2)
     assert stop_reasons(events) == ["end_turn", "end_turn"] and len(model.requests) == 6
-    assert outcome(chat)["iteration"] == 3 and outcome(chat)["verdict"] == "max_iterations_reached"
+    assert outcome(chat)["iteration"] == 2 and outcome(chat)["result"] == "max_iterations_reached"
 
 
 def test_satisfied_outcome_ends_the_turn(model, open_session):
@@ -73,7 +74,7 @@ def test_satisfied_outcome_ends_the_turn(model, open_session):
     events = chat.wait_idle()
     assert stop_reasons(events) == ["end_turn"] and text_of(of_type(events, "agent.message")[0]).startswith("Rain")
     latest = outcome(chat)
-    assert latest["verdict"] == "satisfied" and latest["iteration"] == 1 and latest["max_iterations"] == 3
+    assert latest["result"] == "satisfied" and latest["iteration"] == 0 and latest["max_iterations"] == 3
     assert not [event for event in events if event["type"].startswith("span.")]  # native-only types
 
 
@@ -83,4 +84,26 @@ def test_unreadable_grade_counts_as_needs_revision(model, open_session):
     chat.send(define("Anything", max_iterations=1))
     chat.wait_idle()
     latest = outcome(chat)
-    assert latest["verdict"] == "max_iterations_reached" and "I think it is fine?" in latest["explanation"]
+    assert latest["result"] == "max_iterations_reached" and "I think it is fine?" in latest["explanation"]
+
+
+def test_needs_revision_puts_the_outcome_back_to_running_with_the_feedback(model, open_session):
+    model.add(
+        replies.text("draft"),
+        replies.verdict("needs_revision", "Too short."),
+        replies.text("longer draft", delay=1.0),
+        replies.verdict("satisfied", "Fine."),
+    )
+    chat = open_session()
+    chat.send(define("Anything", max_iterations=3))
+    seen: list[tuple[str, int]] = []
+
+    def revising(events: list[dict]) -> bool:
+        latest = outcome(chat)
+        seen.append((latest["result"], latest["iteration"]))
+        return latest["result"] == "running" and latest["iteration"] == 1
+
+    chat.wait_for(revising)
+    assert outcome(chat)["explanation"] == "Too short." and outcome(chat)["completed_at"] is None
+    chat.wait_idle()
+    assert outcome(chat)["result"] == "satisfied" and outcome(chat)["iteration"] == 1

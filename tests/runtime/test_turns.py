@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import MODEL, of_type, stop_reasons, text_of, wait_until
+from tests.runtime.helpers import MODEL, of_type, stop_reasons, text_of, transcript, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -52,8 +52,13 @@ def test_text_turn(model, open_session):
 
     request = model.requests[0]
     assert request.headers["authorization"] == "Bearer test-model-key"
-    assert request.body["model"] == MODEL and request.body["system"] == "Be brief." and request.body["stream"] is True
-    assert request.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert request.body["model"] == MODEL and request.body["stream"] is True
+    # Prompt-cache breakpoints: the system prompt, and the end of the transcript prefix.
+    breakpoint_ = {"type": "ephemeral"}
+    assert request.body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": breakpoint_}]
+    assert request.body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": breakpoint_}]}
+    ]
     assert "tools" not in request.body
 
     session = chat.session()
@@ -114,7 +119,7 @@ def test_message_sent_during_a_turn_applies_at_the_next_boundary(model, open_ses
         "second answer",
     ]
     assert stop_reasons(events) == ["end_turn", "end_turn"]
-    assert model.requests[1].body["messages"] == [
+    assert transcript(model.requests[1].body) == [
         {"role": "user", "content": [{"type": "text", "text": "one"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "first answer"}]},
         {"role": "user", "content": [{"type": "text", "text": "two"}]},
@@ -143,7 +148,7 @@ def test_custom_tool_cycle(model, open_session):
     events = chat.wait_idle(2)
     assert stop_reasons(events) == ["requires_action", "end_turn"]
     assert text_of(of_type(events, "agent.message")[-1]) == "It rains."
-    assert model.requests[1].body["messages"][1:] == [
+    assert transcript(model.requests[1].body)[1:] == [
         {
             "role": "assistant",
             "content": [
@@ -174,7 +179,7 @@ def test_mcp_tool_cycle(model, open_session, shop):
     offered = {tool["name"]: tool for tool in model.requests[0].body["tools"]}
     assert set(offered) == {"lookup_order", "cancel_order"}
     assert offered["lookup_order"]["input_schema"]["required"] == ["order_id"]
-    assert model.requests[1].body["messages"][-1]["content"] == [
+    assert transcript(model.requests[1].body)[-1]["content"] == [
         {"type": "tool_result", "tool_use_id": use["id"], "is_error": False, "content": result["content"]}
     ]
 
@@ -259,7 +264,7 @@ def test_two_workers_share_sessions(model, open_session):
         thread.join()
     for chat in chats:
         assert stop_reasons(chat.wait_idle()) == ["end_turn"]
-    assert len(model.requests) == 4 and model.most_in_flight == 2  # both workers ran turns at once
+    assert len(model.requests) == 4 and model.most_in_flight == 4  # a worker runs many sessions at once
 
 
 def test_an_empty_answer_ends_the_turn(model, open_session):

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from registry.runtime import outcomes
 from registry.runtime.config import RuntimeSettings
-from registry.runtime.lease import Lease, claim_next
+from registry.runtime.lease import LeaseKeeper, LeaseLost, claim_batch
 from registry.runtime.model import sse_events
 from registry.runtime.transcript import INTERRUPTED_RESULT, awaits_model, build_messages, tool_work, turn_graded
 from registry.sessions import services
@@ -144,20 +144,54 @@ def session(api) -> Session:
     return Session.objects.get(pk=created.json()["id"])
 
 
+def claim(owner: str) -> list[str]:
+    return [claimed.fence.session_id for claimed in claim_batch(owner=owner, seconds=30, limit=10)]
+
+
 def test_a_leased_session_is_claimed_again_only_after_its_lease_expires(session):
-    assert claim_next(owner="a", seconds=30) is None  # no work yet
+    assert claim("a") == []  # no work yet
     services.events_append(session=session, events=[{"type": "user.message", "content": TEXT}])
-    assert claim_next(owner="a", seconds=30) == session.id
-    assert claim_next(owner="b", seconds=30) is None
+    [first] = claim_batch(owner="a", seconds=30, limit=10)
+    assert first.fence.session_id == session.id and first.attempts == 1
+    assert claim("b") == []
     Session.objects.filter(pk=session.id).update(
         status=Session.Status.RUNNING, has_pending_events=False, lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    assert claim_next(owner="b", seconds=30) == session.id  # an orphaned turn
+    [second] = claim_batch(owner="b", seconds=30, limit=10)  # an orphaned turn
+    assert second.fence.token == first.fence.token + 1 and second.attempts == 2
     assert Session.objects.get(pk=session.id).lease_owner == "b"
-    assert not Lease(session_id=session.id, owner="a", seconds=30).renew()  # the old owner lost it
+    keeper = LeaseKeeper(owner="a", seconds=30)
+    stale = keeper.hold(first)
+    keeper.renew_all()
+    assert stale.lost.is_set()  # the old owner lost it
+    with pytest.raises(LeaseLost):
+        stale.check()
+
+
+def test_a_write_with_a_superseded_fence_is_refused_and_changes_nothing(session):
+    services.events_append(session=session, events=[{"type": "user.message", "content": TEXT}])
+    [first] = claim_batch(owner="a", seconds=30, limit=1)
+    Session.objects.filter(pk=session.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    [second] = claim_batch(owner="b", seconds=30, limit=1)
+    before = Session.objects.get(pk=session.id).last_seq
+    with pytest.raises(LeaseLost):
+        services.event_emit(session_id=session.id, type="agent.message", body={"content": TEXT}, fence=first.fence)
+    with pytest.raises(LeaseLost):
+        services.session_transition(session_id=session.id, status="running", fence=first.fence)
+    assert Session.objects.get(pk=session.id).last_seq == before
+    services.event_emit(session_id=session.id, type="agent.message", body={"content": TEXT}, fence=second.fence)
+    assert Session.objects.get(pk=session.id).last_seq == before + 1
+
+
+def test_terminated_is_final(session):
+    services.session_transition(session_id=session.id, status="running")
+    services.session_archive(session=session)
+    with pytest.raises(services.SessionTerminated):
+        services.session_transition(session_id=session.id, status="idle", stop_reason={"type": "end_turn"})
+    assert Session.objects.get(pk=session.id).status == "terminated"
 
 
 def test_terminated_sessions_are_never_claimed(session):
     services.events_append(session=session, events=[{"type": "user.message", "content": TEXT}])
     services.session_archive(session=session)
-    assert claim_next(owner="a", seconds=30) is None
+    assert claim("a") == []

@@ -19,10 +19,20 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="Run one session, then exit.")
         parser.add_argument("--max-idle", type=float, default=None, help="Exit after this many seconds without work.")
         parser.add_argument("--lease-seconds", type=float, default=None, help="Lease length (default 30).")
-        parser.add_argument("--poll-seconds", type=float, default=None, help="Wait between polls (default 0.3).")
+        parser.add_argument(
+            "--poll-seconds", type=float, default=None, help="Safety-net poll between wake-ups (default 5)."
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="Sessions run at once (default 32, REGISTRY_RUNTIME_CONCURRENCY).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = RuntimeSettings.from_settings(
-            lease_seconds=options["lease_seconds"], poll_seconds=options["poll_seconds"]
+            lease_seconds=options["lease_seconds"],
+            poll_seconds=options["poll_seconds"],
+            concurrency=options["concurrency"],
         )
         Worker(config).run(once=options["once"], max_idle=options["max_idle"])
