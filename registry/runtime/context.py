@@ -25,7 +25,7 @@ CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
     ("gemini-", 1_048_576),
 )
 # What a compacted transcript keeps verbatim, as a share of the window.
-TAIL_SHARE = 0.4
+TAIL_SHARE = 0.5
 SUMMARY_SYSTEM = (
     "You compact the transcript of an AI agent's session. Summarise it for the agent itself, who will "
     "continue the work from your summary alone: the user's goals and constraints, decisions made, what "

@@ -37,6 +37,7 @@ PORTABLE_TYPES = frozenset(
         "agent.mcp_tool_result",
         "agent.tool_use",
         "agent.tool_result",
+        "agent.thread_context_compacted",
         "session.status_idle",
         "session.status_running",
         "session.status_rescheduled",

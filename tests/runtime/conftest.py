@@ -91,9 +91,10 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def runsessions(child_env: dict[str, str], log: Path) -> Process:
-    command = [sys.executable, "manage.py", "runsessions", "--lease-seconds", LEASE_SECONDS, "--poll-seconds", "0.1"]
-    process = Process(command, env=child_env, log=log)
+def runsessions(child_env: dict[str, str], log: Path, **settings: str) -> Process:
+    """A worker; `settings` are extra environment variables (REGISTRY_MODEL_CONTEXT_TOKENS=...)."""
+    command = [sys.executable, "manage.py", "runsessions", "--lease-seconds", LEASE_SECONDS, "--poll-seconds", "0.5"]
+    process = Process(command, env={**child_env, **settings}, log=log)
     wait_until(lambda: "started" in process.log.read_text(), timeout=60, what="a runsessions worker to start")
     return process
 
@@ -117,12 +118,12 @@ def workers(worker_pool: WorkerPool) -> Iterator[WorkerPool]:
 
 
 @pytest.fixture
-def start_worker(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[[], Process]]:
-    """Starts an extra worker for one test; stopped when the test ends."""
+def start_worker(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Process]]:
+    """Starts an extra worker for one test (keyword arguments: environment variables); stopped at the end."""
     started: list[Process] = []
 
-    def start() -> Process:
-        started.append(runsessions(child_env, tmp_path / f"worker-{len(started)}.log"))
+    def start(**settings: str) -> Process:
+        started.append(runsessions(child_env, tmp_path / f"worker-{len(started)}.log", **settings))
         return started[-1]
 
     yield start

@@ -32,9 +32,13 @@ class Reply:
     delay: float = 0.0  # before the first byte
     chunks: int = 1  # text is streamed in this many fragments
     chunk_delay: float = 0.0
+    cut_by_max_tokens: bool = False  # the last tool call's JSON input stops halfway, as at max_tokens
+    retry_after: str | None = None  # the `retry-after` header of an error answer
 
     @property
     def stop_reason(self) -> str:
+        if self.cut_by_max_tokens:
+            return "max_tokens"
         return "tool_use" if any(block["type"] == "tool_use" for block in self.blocks) else "end_turn"
 
 
@@ -56,8 +60,12 @@ def verdict(value: str, explanation: str) -> Reply:
     return text(f"Here is my grade:\n```json\n{json.dumps({'verdict': value, 'explanation': explanation})}\n```")
 
 
-def failure(status: int) -> Reply:
-    return Reply(status=status)
+def failure(status: int, retry_after: str | None = None) -> Reply:
+    return Reply(status=status, retry_after=retry_after)
+
+
+def cut_tool_call(name: str, arguments: dict[str, Any]) -> Reply:
+    return Reply(blocks=[{"type": "tool_use", "name": name, "input": arguments}], cut_by_max_tokens=True)
 
 
 def dropped() -> Reply:
@@ -66,10 +74,11 @@ def dropped() -> Reply:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A request as the fake model received it."""
+    """A request as the fake model received it, and when (monotonic clock)."""
 
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
 
 def sse(name: str, payload: dict[str, Any]) -> bytes:
@@ -161,15 +170,19 @@ class ModelHandler(BaseHTTPRequestHandler):
         if reply.disconnect:
             self.close_connection = True
         elif reply.status >= 400:
-            self.send_json(reply.status, {"type": "error", "error": {"type": "api_error", "message": "scripted"}})
+            headers = {"retry-after": reply.retry_after} if reply.retry_after else {}
+            error = {"type": "error", "error": {"type": "api_error", "message": "scripted"}}
+            self.send_json(reply.status, error, headers)
         elif body.get("stream"):
             self.stream(reply, body)
         else:
             self.send_json(200, self.message(reply, body))
 
-    def send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()
@@ -223,7 +236,10 @@ class ModelHandler(BaseHTTPRequestHandler):
                 {"type": "signature_delta", "signature": "sig"},
             ]
         raw = json.dumps(block["input"])
-        return [{"type": "input_json_delta", "partial_json": part} for part in fragments(raw, 2)]
+        parts = fragments(raw, 2)
+        if reply.cut_by_max_tokens:
+            parts = parts[:1]
+        return [{"type": "input_json_delta", "partial_json": part} for part in parts]
 
     def write(self, data: bytes) -> None:
         self.wfile.write(data)

@@ -79,6 +79,17 @@ class LiveRegistry:
     process: Process
 
 
+def shop_agent(shop: Any, policy: str = "always_allow", configs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    toolset: dict[str, Any] = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "shop",
+        "default_config": {"permission_policy": {"type": policy}},
+    }
+    if configs:
+        toolset["configs"] = configs
+    return {"tools": [toolset], "mcp_servers": [{"type": "url", "name": "shop", "url": shop.url}]}
+
+
 def transcript(body: dict[str, Any]) -> list[dict[str, Any]]:
     """A model request's messages without prompt-cache breakpoints (tested once, in the text turn)."""
     return [

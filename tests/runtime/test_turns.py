@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import MODEL, of_type, stop_reasons, text_of, transcript, wait_until
+from tests.runtime.helpers import MODEL, of_type, shop_agent, stop_reasons, text_of, transcript, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -20,17 +20,6 @@ WEATHER_TOOL = {
     "description": "The weather in a city.",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-
-
-def shop_agent(shop: Any, policy: str = "always_allow", configs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    toolset: dict[str, Any] = {
-        "type": "mcp_toolset",
-        "mcp_server_name": "shop",
-        "default_config": {"permission_policy": {"type": policy}},
-    }
-    if configs:
-        toolset["configs"] = configs
-    return {"tools": [toolset], "mcp_servers": [{"type": "url", "name": "shop", "url": shop.url}]}
 
 
 def test_text_turn(model, open_session):
