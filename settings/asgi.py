@@ -9,6 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 get_asgi_application()  # sets Django up before the consumers and the WSGI adapter are imported
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from registry.core.asgi import WsgiApplication  # noqa: E402
@@ -26,3 +27,8 @@ application = ProtocolTypeRouter(
         )
     }
 )
+
+if settings.REGISTRY_RUNTIME_EMBEDDED:
+    from registry.runtime.embedded import start_embedded_runtime
+
+    start_embedded_runtime()

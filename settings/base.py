@@ -216,6 +216,8 @@ REGISTRY_OIDC_CACHE_SECONDS = env_int("REGISTRY_OIDC_CACHE_SECONDS", 60)
 # Where the session runtime sends model calls (normally the gateway's data-plane root).
 REGISTRY_MODEL_BASE_URL = env_str("REGISTRY_MODEL_BASE_URL", "http://127.0.0.1:8080")
 REGISTRY_MODEL_API_KEY = env_str("REGISTRY_MODEL_API_KEY")
+# Run the session runtime as a thread of the registry process (`manage.py up` does on SQLite).
+REGISTRY_RUNTIME_EMBEDDED = env_bool("REGISTRY_RUNTIME_EMBEDDED", False)
 # Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.
 VAULT_ENCRYPTION_KEYS = env_str("VAULT_ENCRYPTION_KEYS")
 

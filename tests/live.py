@@ -46,8 +46,15 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], timeout: float = 3
 @contextlib.contextmanager
 def live_registry(**environment: str) -> Iterator[str]:
     """Run `daphne settings.asgi:application` against the test database; yields its root URL."""
-    port = free_port()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings.base", "DATABASE_URL": test_database_url(), **environment}
+    with live_registry_process(env) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def live_registry_process(env: dict[str, str]) -> Iterator[str]:
+    """Run `daphne settings.asgi:application` with exactly this environment; yields its root URL."""
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(

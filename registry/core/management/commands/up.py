@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
 
 from registry.workspaces import services
 from registry.workspaces.models import Workspace
@@ -36,6 +37,9 @@ class Command(BaseCommand):
         registry_url = f"http://{options['host']}:{options['port']}"
         self.stdout.write(f"Registry: {registry_url}  (OpenAPI: {registry_url}/openapi.json)")
         os.environ.setdefault("VAULT__DEMO__VENDOR_B", "placeholder-set-VAULT__DEMO__VENDOR_B")
+        if self.embedded_runtime():
+            os.environ["REGISTRY_RUNTIME_EMBEDDED"] = "1"
+            self.stdout.write("Session runtime: embedded in the registry process (SQLite, in-memory channel layer)")
         processes = [subprocess.Popen(command) for command in self.process_commands(options)]
         self.wait(processes)
 
@@ -52,7 +56,11 @@ class Command(BaseCommand):
         self.stdout.write(f"Demo API key (shown once, send it as x-api-key): {issued.plaintext}")
 
     @staticmethod
-    def process_commands(options: dict[str, Any]) -> list[list[str]]:
+    def embedded_runtime() -> bool:
+        """On the embedded default (SQLite, no Redis) the runtime runs inside daphne, so deltas reach streams."""
+        return connection.vendor == "sqlite" and not settings.REDIS_URL
+
+    def process_commands(self, options: dict[str, Any]) -> list[list[str]]:
         """The registry, plus every other process of the table whose command exists."""
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         commands = [
@@ -70,6 +78,8 @@ class Command(BaseCommand):
         available = get_commands()
         demo_config = str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml")
         for name, extra in (("runsessions", []), ("runtriggers", []), ("rungateway", ["--config", demo_config])):
+            if name == "runsessions" and self.embedded_runtime():
+                continue
             if name in available:
                 commands.append([*manage, name, *extra])
         return commands
