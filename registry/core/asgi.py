@@ -87,11 +87,20 @@ class WsgiRequest(WsgiToAsgiInstance):  # type: ignore[misc]
 
     async def too_large(self, send: Send, limit: int) -> None:
         request_id = new_id("req")
-        content = orjson.dumps(error_body(ErrorType.REQUEST_TOO_LARGE,
-                                          f"Request body exceeds the limit of {limit} bytes.", request_id))
-        await send({"type": "http.response.start", "status": 413, "headers": [
-            (b"content-type", b"application/json"), (b"request-id", request_id.encode()),
-            (b"content-length", str(len(content)).encode())]})
+        content = orjson.dumps(
+            error_body(ErrorType.REQUEST_TOO_LARGE, f"Request body exceeds the limit of {limit} bytes.", request_id)
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"request-id", request_id.encode()),
+                    (b"content-length", str(len(content)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": content})
 
 
