@@ -213,6 +213,9 @@ OIDC_TIMEOUT = env_int("OIDC_TIMEOUT_SECONDS", 5)
 # Seconds a validated access token is remembered, to spare the provider a call per request.
 REGISTRY_OIDC_CACHE_SECONDS = env_int("REGISTRY_OIDC_CACHE_SECONDS", 60)
 
+# A resolved API key is remembered this long per process (a revocation elsewhere waits at most this).
+REGISTRY_API_KEY_CACHE_SECONDS = float(env_str("REGISTRY_API_KEY_CACHE_SECONDS", "5"))
+
 # Where the session runtime sends model calls (normally the gateway's data-plane root).
 REGISTRY_MODEL_BASE_URL = env_str("REGISTRY_MODEL_BASE_URL", "http://127.0.0.1:8080")
 REGISTRY_MODEL_API_KEY = env_str("REGISTRY_MODEL_API_KEY")

@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from registry.agents.models import Agent, AgentVersion
-from registry.core.errors import conflict, invalid_request
+from registry.core.errors import conflict, invalid_request, not_found
 from registry.core.fields import merge_metadata
 from registry.core.ids import new_id
 from registry.core.secrets import seal
@@ -256,9 +256,26 @@ def _stored_body(event: dict[str, Any], native: bool) -> dict[str, Any]:
 
 
 @transaction.atomic
-def events_append(*, session: Session, events: Iterable[dict[str, Any]], native: bool = False) -> list[SessionEvent]:
-    """Append user events, all or none. They become visible once the runtime acknowledges them."""
-    locked = Session.objects.select_for_update().select_related("environment").get(pk=session.pk)
+def events_append(
+    *,
+    session: Session | None = None,
+    session_id: str | None = None,
+    workspace_id: str | None = None,
+    events: Iterable[dict[str, Any]],
+    native: bool = False,
+) -> list[SessionEvent]:
+    """Append user events, all or none. They become visible once the runtime acknowledges them.
+
+    The API passes `session_id` and `workspace_id`: the one locking read is also the tenancy check.
+    """
+    # Only what the checks read: the agent snapshot and resources are large and not needed here.
+    rows = Session.objects.select_for_update().only("id", "status", "workspace_id", "environment_id", "harness")
+    rows = rows.filter(pk=session.pk if session else session_id)
+    if workspace_id is not None:
+        rows = rows.filter(workspace_id=workspace_id)
+    locked = rows.first()
+    if locked is None:
+        raise not_found(f"Session {session_id} not found.")
     if locked.status == Session.Status.TERMINATED:
         raise invalid_request("session_terminated: this session is terminated and accepts no more events.")
     events = list(events)

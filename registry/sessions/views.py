@@ -118,11 +118,13 @@ class SessionEventViewSet(WorkspaceViewSet):
         responses=inline_serializer("SentEvents", {"data": AppendedEventSerializer(many=True)}),
     )
     def create(self, request: Request, id: str) -> Response:
-        session = self.get_object()
         body = SendEventsSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         created = services.events_append(
-            session=session, events=body.validated_data["events"], native=is_native(request)
+            session_id=id,
+            workspace_id=self.principal.workspace_id,
+            events=body.validated_data["events"],
+            native=is_native(request),
         )
         return Response(
             {

@@ -42,6 +42,7 @@ class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
+            services.forget_key(obj)  # a revocation here takes effect at once in this process
             return
         issued = services.api_key_issue(workspace=obj.workspace, name=obj.name)
         obj.pk = issued.api_key.pk

@@ -13,6 +13,8 @@ from django.utils import timezone
 from registry.workspaces.models import ApiKey, OidcMembership, Workspace
 
 KEY_PREFIX = "sk-reg-"
+# digest -> (monotonic expiry, key): API keys this process resolved lately (see selectors).
+resolved_keys: dict[str, tuple[float, ApiKey]] = {}
 
 
 def digest_of(plaintext_key: str) -> str:
@@ -50,7 +52,13 @@ def workspace_create(*, name: str) -> tuple[Workspace, IssuedKey]:
 def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     api_key.revoked_at = api_key.revoked_at or timezone.now()
     api_key.save(update_fields=["revoked_at"])
+    forget_key(api_key)
     return api_key
+
+
+def forget_key(api_key: ApiKey) -> None:
+    """Drop a key from this process's cache of resolved keys (after a revocation)."""
+    resolved_keys.pop(api_key.digest, None)
 
 
 @transaction.atomic
