@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("registry", "sessions", "gateway")
+BENCHMARKS = ("registry", "sessions", "runtime", "gateway")
 
 
 def main() -> None:

@@ -219,6 +219,9 @@ REGISTRY_API_KEY_CACHE_SECONDS = float(env_str("REGISTRY_API_KEY_CACHE_SECONDS",
 # Where the session runtime sends model calls (normally the gateway's data-plane root).
 REGISTRY_MODEL_BASE_URL = env_str("REGISTRY_MODEL_BASE_URL", "http://127.0.0.1:8080")
 REGISTRY_MODEL_API_KEY = env_str("REGISTRY_MODEL_API_KEY")
+# Exceptions to the runtime's ban on non-public addresses for client-supplied URLs (MCP servers, OAuth
+# token endpoints): comma-separated `host`, `host:port` or CIDR entries (tests, private deployments).
+REGISTRY_EGRESS_ALLOW = env_str("REGISTRY_EGRESS_ALLOW")
 # Run the session runtime as a thread of the registry process (`manage.py up` does on SQLite).
 REGISTRY_RUNTIME_EMBEDDED = env_bool("REGISTRY_RUNTIME_EMBEDDED", False)
 # Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.

@@ -10,6 +10,7 @@ import logging
 
 import httpx
 
+from registry.core.egress import EgressRefused
 from registry.vaults import selectors as vault_selectors
 from registry.vaults import services as vault_services
 
@@ -27,7 +28,7 @@ def bearer_for(*, workspace_id: str, vault_ids: list[str], server_url: str) -> s
     if vault_selectors.oauth_expired(credential) and credential.auth.get("refresh"):
         try:
             credential = vault_services.credential_refresh_oauth(credential=credential)
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, EgressRefused) as error:
             logger.warning(
                 "credential %s: refreshing the access token failed (%s)", credential.id, type(error).__name__
             )

@@ -74,6 +74,12 @@ class TurnEnded(Exception):
         self.stop_reason = stop_reason
 
 
+def model_id(agent: dict[str, Any]) -> str:
+    """The agent's model id (`model` is stored as `{id, ...}`; a bare id is accepted too)."""
+    model = agent["model"]
+    return str(model["id"] if isinstance(model, dict) else model)
+
+
 def span_usage(usage: dict[str, int]) -> dict[str, int]:
     keys = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     return {key: int(usage.get(key) or 0) for key in keys}
@@ -84,8 +90,15 @@ def error_body(kind: str, message: str, retry: str, **fields: Any) -> dict[str, 
 
 
 def fail_turn(lease: Lease, message: str, *, retry: str) -> None:
-    """End the session's turn with `session.error` and idle (an abandoned or crashed turn)."""
+    """End the session's turn with `session.error` and idle (an abandoned or crashed turn).
+
+    Its pending user events are acknowledged with it, so the failure is not claimed again at once.
+    """
     try:
+        pending = SessionEvent.objects.filter(session_id=lease.session_id, seq__isnull=True).values_list(
+            "id", flat=True
+        )
+        services.events_acknowledge(session_id=lease.session_id, event_ids=list(pending), fence=lease.fence)
         services.event_emit(
             session_id=lease.session_id,
             type="session.error",
@@ -128,7 +141,8 @@ class SessionRunner:
         self.status = session.status
         self.honors_interrupts = session.harness.get("type") not in HARNESSES_IGNORING_INTERRUPT
         self.budget = BudgetMeter.for_session(session)
-        self.window = context.context_window(self.agent["model"]["id"], self.config.context_tokens)
+        self.model_id = model_id(self.agent)
+        self.window = context.context_window(self.model_id, self.config.context_tokens)
         self._loaded = True
 
     # -- the outer loop: turn boundaries ---------------------------------------------------------
@@ -313,9 +327,9 @@ class SessionRunner:
         """The messages request of the next step, with the agent's model settings and cache breakpoints."""
         catalog = self._tools()
         body: dict[str, Any] = {
-            "model": self.agent["model"]["id"],
+            "model": self.model_id,
             "max_tokens": context.output_budget(self.window, self.config.max_tokens),
-            **request_options(self.agent["model"]),
+            **request_options(self.agent["model"] if isinstance(self.agent["model"], dict) else {}),
         }
         if self.agent.get("system"):
             body["system"] = [{"type": "text", "text": self.agent["system"], "cache_control": {"type": "ephemeral"}}]
@@ -361,7 +375,7 @@ class SessionRunner:
                 self._sleep(max(self.config.backoff(number), failure.retry_after or 0.0))
                 continue
             self._end_span(start, response.usage, is_error=False)
-            cost = self.budget.charge(self.agent["model"]["id"], response.usage)
+            cost = self.budget.charge(self.model_id, response.usage)
             services.session_add_usage(
                 session_id=self.session_id, usage=response.usage, list_cost_usd=cost, fence=self.fence
             )
@@ -418,7 +432,7 @@ class SessionRunner:
             raise TurnEnded({"type": "retries_exhausted"})
         older = build_messages(events[:cut], tool_result_limit=self.config.tool_result_max_chars)
         request = context.summary_request(
-            model=self.agent["model"]["id"],
+            model=self.model_id,
             messages=older,
             window=self.window,
             max_tokens=context.output_budget(self.window, self.config.max_tokens),
@@ -489,7 +503,7 @@ class SessionRunner:
             "span.outcome_evaluation_start", {"outcome_id": definition["outcome_id"], "iteration": iteration}
         )
         request = outcomes.grading_request(
-            model=self.agent["model"]["id"], outcome=definition, messages=messages, max_tokens=self.config.max_tokens
+            model=self.model_id, outcome=definition, messages=messages, max_tokens=self.config.max_tokens
         )
         response = self._call_model(lambda: self._wait_for(lambda: self.model.create(request)))
         verdict, explanation = outcomes.parse_verdict(response.text())

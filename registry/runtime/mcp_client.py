@@ -16,6 +16,8 @@ import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
+from registry.core.egress import EgressRefused, check_url
+
 
 class McpUnavailable(Exception):
     """An MCP server could not be reached, refused our credentials, or answered with a protocol error.
@@ -49,13 +51,28 @@ class McpToolOutcome:
 
 def list_tools(*, server_name: str, url: str, timeout: float, bearer: str | None = None) -> list[McpTool]:
     """Every tool the server lists, across pages."""
+    _check_destination(server_name, url)
     return _run(_list_tools(server_name, _server(url, bearer), timeout), server_name, timeout)
 
 
 def call_tool(
     *, server_name: str, url: str, name: str, arguments: dict[str, Any], timeout: float, bearer: str | None = None
 ) -> McpToolOutcome:
+    _check_destination(server_name, url)
     return _run(_call_tool(_server(url, bearer), name, arguments, timeout), server_name, timeout)
+
+
+def _check_destination(server_name: str, url: str) -> None:
+    """The agent's MCP URLs are the client's: loopback, private and metadata addresses are refused.
+
+    The message is the same whatever listens there, so it reveals nothing about the address.
+    """
+    try:
+        check_url(url)
+    except EgressRefused:
+        raise McpUnavailable(
+            f"MCP server {server_name!r} cannot be reached: its address is not one the runtime may connect to."
+        ) from None
 
 
 def _server(url: str, bearer: str | None) -> Any:

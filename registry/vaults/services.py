@@ -14,6 +14,7 @@ import httpx
 from django.db import transaction
 from django.utils import timezone
 
+from registry.core.egress import check_url
 from registry.core.errors import invalid_request
 from registry.core.fields import merge_metadata
 from registry.core.ids import new_id
@@ -112,6 +113,7 @@ def credential_refresh_oauth(*, credential: VaultCredential) -> VaultCredential:
     basic = (refresh["client_id"], client_secret or "") if method == "client_secret_basic" else None
     if method == "client_secret_post":
         form["client_secret"] = client_secret or ""
+    check_url(refresh["token_endpoint"])  # a client-supplied URL: public addresses only
     response = httpx.post(refresh["token_endpoint"], data=form, auth=basic, timeout=REFRESH_TIMEOUT_SECONDS)
     response.raise_for_status()
     token = response.json()

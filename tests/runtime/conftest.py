@@ -64,6 +64,8 @@ def child_env(django_db_setup: None, fake_model: FakeModel) -> dict[str, str]:
         "DATABASE_URL": f"postgres://{credentials}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
         "REGISTRY_MODEL_BASE_URL": fake_model.url,
         "REGISTRY_MODEL_API_KEY": MODEL_KEY,
+        # The loopback MCP and OAuth servers of the tests are an operator exception to the egress rules.
+        "REGISTRY_EGRESS_ALLOW": "127.0.0.1",
         "PYTHONUNBUFFERED": "1",
     }
 

@@ -169,3 +169,24 @@ def test_retry_after_is_honoured(model, open_session):
     assert [text_of(event) for event in of_type(events, "agent.message")] == ["after the wait"]
     assert of_type(events, "session.error")[0]["error"]["type"] == "model_rate_limited_error"
     assert model.requests[1].at - model.requests[0].at >= 1.0  # the test settings' backoff is 0.1 s
+
+
+def test_mcp_urls_on_loopback_and_metadata_addresses_are_refused(model, open_session, shop, workers, start_worker):
+    model.add(replies.text("carrying on without tools"))
+    servers = [
+        {"type": "url", "name": "local", "url": shop.url},
+        {"type": "url", "name": "metadata", "url": "http://169.254.169.254/latest/mcp"},
+    ]
+    toolsets = [{"type": "mcp_toolset", "mcp_server_name": server["name"]} for server in servers]
+    chat = open_session(mcp_servers=servers, tools=toolsets)
+    workers.pause()
+    chat.processes.append(start_worker(REGISTRY_EGRESS_ALLOW=""))  # no operator exception here
+    chat.say("use your tools")
+    events = chat.wait_idle()
+
+    errors = {error["error"]["mcp_server_name"]: error["error"] for error in of_type(events, "session.error")}
+    assert set(errors) == {"local", "metadata"}
+    assert {error["type"] for error in errors.values()} == {"mcp_connection_failed_error"}
+    assert all("not one the runtime may connect to" in error["message"] for error in errors.values())
+    assert shop.calls == [] and "tools" not in model.requests[0].body
+    assert [text_of(event) for event in of_type(events, "agent.message")] == ["carrying on without tools"]

@@ -1,0 +1,121 @@
+"""Where the registry may connect on a client's behalf: public addresses only, after DNS resolution.
+
+A URL a client supplies (an MCP server, an OAuth token endpoint) is resolved, and refused when any
+address it resolves to is loopback, private, link-local (cloud metadata), shared, multicast,
+reserved, unspecified, or one of this host's own addresses, unless an operator exception lists it:
+`REGISTRY_EGRESS_ALLOW` is a comma-separated list of `host`, `host:port` or CIDR entries (for tests
+and private deployments). Callers connect to the addresses returned here, so a second DNS answer
+cannot swap in a private address (no rebinding between check and use).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class EgressRefused(Exception):
+    """The destination is not one the registry connects to; the message never says what is listening."""
+
+
+@dataclass(frozen=True)
+class EgressRules:
+    """Operator exceptions to the ban on non-public addresses."""
+
+    hosts: frozenset[str] = frozenset()
+    host_ports: frozenset[tuple[str, int]] = frozenset()
+    networks: tuple[IpNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> EgressRules:
+        hosts: set[str] = set()
+        host_ports: set[tuple[str, int]] = set()
+        networks: list[IpNetwork] = []
+        for entry in (item.strip().lower() for item in text.split(",")):
+            if not entry:
+                continue
+            if "/" in entry:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            elif entry.count(":") == 1:
+                host, port = entry.rsplit(":", 1)
+                host_ports.add((host.strip("[]"), int(port)))
+            else:
+                hosts.add(entry.strip("[]"))
+        return cls(frozenset(hosts), frozenset(host_ports), tuple(networks))
+
+    def lifts(self, host: str, address: IpAddress, port: int) -> bool:
+        names = {host.lower(), str(address)}
+        return (
+            bool(names & self.hosts)
+            or any((name, port) in self.host_ports for name in names)
+            or any(address in network for network in self.networks)
+        )
+
+
+def is_public(address: IpAddress) -> bool:
+    """A globally routable unicast address that is not this host's own."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if not address.is_global or address.is_multicast:
+        return False
+    return address not in own_addresses()
+
+
+@lru_cache(maxsize=1)
+def own_addresses() -> frozenset[IpAddress]:
+    """This host's addresses (by its name), which the registry never calls on a client's say-so."""
+    found: set[IpAddress] = set()
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            found.add(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
+    except OSError:
+        pass
+    return frozenset(found)
+
+
+def resolve(host: str, port: int) -> list[IpAddress]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise EgressRefused(f"{host} could not be resolved.") from error
+    return list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
+
+
+def check_addresses(host: str, port: int, addresses: Iterable[IpAddress], rules: EgressRules) -> None:
+    for address in addresses:
+        if not (is_public(address) or rules.lifts(host, address, port)):
+            raise EgressRefused(f"Connections to {host} are not allowed (it is not a public address).")
+
+
+def check_url(url: str, rules: EgressRules | None = None) -> list[IpAddress]:
+    """Refuse a client-supplied URL unless every address its host resolves to may be reached.
+
+    Returns the resolved addresses (connect to these, not to a second lookup).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise EgressRefused("Only http and https URLs with a host are allowed.")
+    port = parts.port or DEFAULT_PORTS[parts.scheme]
+    addresses = resolve(parts.hostname, port)
+    check_addresses(parts.hostname, port, addresses, rules or runtime_rules())
+    return addresses
+
+
+def runtime_rules() -> EgressRules:
+    """The exceptions for the runtime's own calls to client-supplied URLs (`REGISTRY_EGRESS_ALLOW`)."""
+    return _parsed(settings.REGISTRY_EGRESS_ALLOW)
+
+
+@lru_cache(maxsize=8)
+def _parsed(text: str) -> EgressRules:
+    return EgressRules.parse(text)
