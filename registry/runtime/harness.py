@@ -159,18 +159,24 @@ class SessionRunner:
         )
 
     def _apply(self, batch: list[SessionEvent]) -> None:
-        """Acknowledge the batch; an interrupt after the last input cancels the turn it would start."""
+        """Acknowledge the batch; an interrupt after the last input cancels the turn it would start.
+
+        The acknowledgment and the turn's start commit together (one commit less before the model call).
+        """
         self.lease.check()
-        services.events_acknowledge(
-            session_id=self.session_id, event_ids=[event.id for event in batch], fence=self.fence
-        )
         interrupts = [event for event in batch if event.type == "user.interrupt"]
-        if interrupts and not self.honors_interrupts:
-            self._reject_interrupts(interrupts)
-        elif interrupts and batch[-1].type == "user.interrupt":
-            self._set_status(Status.IDLE, {"type": "interrupted"})
-            return
-        if any(event.type != "user.interrupt" for event in batch):
+        starts_turn = any(event.type != "user.interrupt" for event in batch)
+        with transaction.atomic():
+            ids = [event.id for event in batch]
+            services.events_acknowledge(session_id=self.session_id, event_ids=ids, fence=self.fence)
+            if interrupts and not self.honors_interrupts:
+                self._reject_interrupts(interrupts)
+            elif interrupts and batch[-1].type == "user.interrupt":
+                self._set_status(Status.IDLE, {"type": "interrupted"})
+                return
+            if starts_turn:
+                self._set_status(Status.RUNNING)
+        if starts_turn:
             self._run_turn()
 
     def _run_turn(self) -> None:
@@ -199,7 +205,7 @@ class SessionRunner:
         """Step until the turn ends or waits on the client; returns the idle stop reason."""
         compactions = 0
         while True:
-            self.checkpoint(force=True)
+            self.checkpoint()
             events = self._visible_events()
             work = tool_work(events)
             if work.denied or work.runnable:
