@@ -229,7 +229,11 @@ VAULT_ENCRYPTION_KEYS = env_str("VAULT_ENCRYPTION_KEYS")
 
 # Discovery: the extension groups this deployment serves, and their domain.
 REGISTRY_EXTENSION_DOMAIN = env_str("REGISTRY_EXTENSION_DOMAIN", "registry.local")
-REGISTRY_EXTENSION_GROUPS = env_list("REGISTRY_EXTENSION_GROUPS", [])
+# interface.md lists `policy` and `pricing` for every deployment; `runtime` is optional. The variable
+# narrows or widens the list (`none` serves no group).
+REGISTRY_EXTENSION_GROUPS = [
+    group for group in env_list("REGISTRY_EXTENSION_GROUPS", ["policy", "pricing"]) if group != "none"
+]
 
 # Streams read the database at least this often, so a lost wake-up only delays an event.
 REGISTRY_STREAM_POLL_SECONDS = float(env_str("REGISTRY_STREAM_POLL_SECONDS", "1.0"))

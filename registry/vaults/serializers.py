@@ -85,6 +85,57 @@ AUTH_KINDS = {
 }
 
 
+# -- updates: the reference client's `*UpdateParams`; what is left out keeps its value ------------------
+def optional_secret() -> StrictCharField:
+    return StrictCharField(
+        required=False, allow_null=True, write_only=True, min_length=1, max_length=16_384, trim_whitespace=False
+    )
+
+
+class StaticBearerUpdateSerializer(StrictSerializer):
+    """`mcp_server_url` is immutable: only the token changes (the same URL may be sent again)."""
+
+    type = serializers.ChoiceField(choices=["static_bearer"])
+    token = optional_secret()
+    mcp_server_url = StrictCharField(required=False, max_length=2048)
+
+
+class TokenEndpointSecretUpdateSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["client_secret_basic", "client_secret_post"])
+    client_secret = optional_secret()
+
+
+class OAuthRefreshUpdateSerializer(StrictSerializer):
+    refresh_token = optional_secret()
+    scope = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=2048)
+    token_endpoint_auth = TokenEndpointSecretUpdateSerializer(required=False)
+
+
+class McpOAuthUpdateSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=["mcp_oauth"])
+    access_token = optional_secret()
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    refresh = OAuthRefreshUpdateSerializer(required=False, allow_null=True)
+    mcp_server_url = StrictCharField(required=False, max_length=2048)
+
+
+class EnvironmentVariableUpdateSerializer(StrictSerializer):
+    """`secret_name` is immutable."""
+
+    type = serializers.ChoiceField(choices=["environment_variable"])
+    secret_value = optional_secret()
+    secret_name = StrictCharField(required=False, max_length=128)
+    networking = NetworkingSerializer(required=False, allow_null=True)
+    injection_location = InjectionLocationSerializer(required=False)
+
+
+AUTH_UPDATE_KINDS = {
+    "static_bearer": StaticBearerUpdateSerializer,
+    "mcp_oauth": McpOAuthUpdateSerializer,
+    "environment_variable": EnvironmentVariableUpdateSerializer,
+}
+
+
 class VaultWriteSerializer(StrictSerializer):
     display_name = StrictCharField(min_length=1, max_length=255)
     metadata = MetadataField(required=False)
@@ -96,7 +147,8 @@ class VaultWriteSerializer(StrictSerializer):
 
 
 class CredentialWriteSerializer(StrictSerializer):
-    """Create (`partial=False`) and update (`partial=True`; `auth` then replaces the credential's auth)."""
+    """Create (`partial=False`) and update (`partial=True`: `auth` in the update shapes, merged into the
+    credential's auth; immutable fields are refused)."""
 
     auth = TaggedUnionField(AUTH_KINDS, component_name="CredentialAuth")
     display_name = StrictCharField(required=False, allow_null=True, max_length=255)
@@ -106,6 +158,7 @@ class CredentialWriteSerializer(StrictSerializer):
         super().__init__(*args, **kwargs)
         if self.partial:
             self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
+            self.fields["auth"] = TaggedUnionField(AUTH_UPDATE_KINDS, component_name="CredentialAuthUpdate")
 
 
 class VaultSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -24,6 +24,7 @@ from registry.workspaces.models import Workspace
 
 SECRET_FIELDS = frozenset({"token", "access_token", "refresh_token", "client_secret", "secret_value"})
 REFRESH_TIMEOUT_SECONDS = 10
+IMMUTABLE_AUTH_FIELDS = ("mcp_server_url", "secret_name")
 
 
 def split_secrets(auth: dict[str, Any], credential_id: str, prefix: str = "") -> tuple[dict[str, Any], dict[str, str]]:
@@ -89,13 +90,52 @@ def credential_update(*, credential: VaultCredential, values: dict[str, Any]) ->
     if "auth" in values:
         if values["auth"]["type"] != locked.auth["type"]:
             raise invalid_request(f"auth.type: a {locked.auth['type']} credential cannot become another type.")
-        locked.auth, locked.sealed = split_secrets(values["auth"], locked.id)
+        _merge_auth(locked, values["auth"])
     if "display_name" in values:
         locked.display_name = values["display_name"]
     if "metadata" in values:
         locked.metadata = merge_metadata(locked.metadata, values["metadata"])
     locked.save()
     return locked
+
+
+def _merge_auth(credential: VaultCredential, update: dict[str, Any]) -> None:
+    """Apply an update shape to the stored auth: given fields replace, nested objects merge, null keeps."""
+    for immutable in IMMUTABLE_AUTH_FIELDS:
+        if immutable in update and update[immutable] != credential.auth.get(immutable):
+            raise invalid_request(f"auth.{immutable}: is immutable; create a new credential to change it.")
+    endpoint_auth = (credential.auth.get("refresh") or {}).get("token_endpoint_auth") or {}
+    refresh_update = update.get("refresh") or {}
+    if "token_endpoint_auth" in refresh_update:
+        if endpoint_auth.get("type") not in ("client_secret_basic", "client_secret_post"):
+            raise invalid_request("auth.refresh.token_endpoint_auth: this credential's token endpoint takes no secret.")
+        # The credential keeps its current method even when the update names the other one.
+        refresh_update["token_endpoint_auth"]["type"] = endpoint_auth["type"]
+    if update.get("refresh") and not credential.auth.get("refresh"):
+        raise invalid_request("auth.refresh: this credential has no refresh settings to update.")
+    public, sealed = split_secrets(_without_nulls(update), credential.id)
+    credential.auth = _merged(credential.auth, public)
+    credential.sealed = {**credential.sealed, **sealed}
+    location = credential.auth.get("injection_location")
+    if location is not None and not any(location.values()):
+        raise invalid_request("auth.injection_location: at least one of body and header must stay enabled.")
+
+
+def _without_nulls(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: _without_nulls(value) if isinstance(value, dict) else value
+        for key, value in values.items()
+        if value is not None
+    }
+
+
+def _merged(stored: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(stored)
+    for key, value in update.items():
+        merged[key] = (
+            _merged(stored[key], value) if isinstance(value, dict) and isinstance(stored.get(key), dict) else value
+        )
+    return merged
 
 
 @transaction.atomic

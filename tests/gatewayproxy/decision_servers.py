@@ -81,6 +81,11 @@ def classifier_completion(path: str, document: Any, blocked_words: tuple[str, ..
     text = document["messages"][-1]["content"]
     verdict = {"allowed": not any(word in text for word in blocked_words), "reason": "mentions a forbidden topic"}
     message = {"role": "assistant", "content": "```json\n" + json.dumps(verdict) + "\n```"}
-    return 200, {"id": "chatcmpl-judge", "object": "chat.completion", "created": 1, "model": document["model"],
-                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}
+    return 200, {
+        "id": "chatcmpl-judge",
+        "object": "chat.completion",
+        "created": 1,
+        "model": document["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+    }

@@ -47,35 +47,74 @@ def _chat_json(body: dict, name: str) -> dict:
     finish = "stop"
     if body.get("tools"):
         tool = body["tools"][0]["function"]["name"]
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": json.dumps(TOOL_ARGUMENTS)}}]}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": tool, "arguments": json.dumps(TOOL_ARGUMENTS)},
+                }
+            ],
+        }
         finish = "tool_calls"
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body.get("model"),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": body.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
 
 
 def _chat_stream(body: dict, name: str) -> list[bytes]:
     def chunk(delta: dict, finish: str | None = None) -> bytes:
-        return sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": body.get("model"),
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        return sse(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": body.get("model"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
 
     frames = [chunk({"role": "assistant", "content": ""})]
     if body.get("tools"):
         tool = body["tools"][0]["function"]["name"]
         arguments = json.dumps(TOOL_ARGUMENTS)
-        frames.append(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                             "function": {"name": tool, "arguments": ""}}]}))
-        frames += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i:i + 5]}}]})
-                   for i in range(0, len(arguments), 5)]
+        frames.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": ""}}
+                    ]
+                }
+            )
+        )
+        frames += [
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 5]}}]})
+            for i in range(0, len(arguments), 5)
+        ]
         frames.append(chunk({}, "tool_calls"))
     else:
         frames += [chunk({"content": word}) for word in ("Hello ", "from ", name)]
         frames.append(chunk({}, "stop"))
     if (body.get("stream_options") or {}).get("include_usage"):
-        frames.append(sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-                           "model": body.get("model"), "choices": [],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}))
+        frames.append(
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": body.get("model"),
+                    "choices": [],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+                }
+            )
+        )
     return [*frames, sse("[DONE]")]
 
 
@@ -85,55 +124,106 @@ def _messages_json(body: dict, name: str) -> dict:
     if body.get("tools"):
         content = [{"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"], "input": TOOL_ARGUMENTS}]
         stop = "tool_use"
-    return {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model"), "content": content,
-            "stop_reason": stop, "stop_sequence": None, "usage": {"input_tokens": 13, "output_tokens": 5}}
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 13, "output_tokens": 5},
+    }
 
 
 def _messages_stream(body: dict, name: str) -> list[bytes]:
     message: dict[str, Any] = {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model"), "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 13, "output_tokens": 1}}
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model"),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 13, "output_tokens": 1},
+    }
     frames = [sse({"type": "message_start", "message": message}, "message_start")]
     if body.get("tools"):
         block = {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"], "input": {}}
         arguments = json.dumps(TOOL_ARGUMENTS)
-        deltas = [{"type": "input_json_delta", "partial_json": arguments[i:i + 5]}
-                  for i in range(0, len(arguments), 5)]
+        deltas = [
+            {"type": "input_json_delta", "partial_json": arguments[i : i + 5]} for i in range(0, len(arguments), 5)
+        ]
         stop = "tool_use"
     else:
         block = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": word} for word in ("Hello ", "from ", name)]
         stop = "end_turn"
     frames.append(sse({"type": "content_block_start", "index": 0, "content_block": block}, "content_block_start"))
-    frames += [sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
-               for delta in deltas]
+    frames += [
+        sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta") for delta in deltas
+    ]
     frames.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
-    frames.append(sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                       "usage": {"output_tokens": 5}}, "message_delta"))
+    frames.append(
+        sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+            "message_delta",
+        )
+    )
     return [*frames, sse({"type": "message_stop"}, "message_stop")]
 
 
 def _responses_json(body: dict, name: str) -> dict:
-    return {"id": "resp_1", "object": "response", "status": "completed", "model": body.get("model"),
-            "output": [{"type": "message", "id": "m1", "role": "assistant", "status": "completed",
-                        "content": [{"type": "output_text", "text": f"Hello from {name}", "annotations": []}]}],
-            "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}}
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "model": body.get("model"),
+        "output": [
+            {
+                "type": "message",
+                "id": "m1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": f"Hello from {name}", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
+    }
 
 
 def _responses_stream(body: dict, name: str) -> list[bytes]:
     done = _responses_json(body, name)
-    return [sse({"type": "response.created", "response": {**done, "status": "in_progress"}, "sequence_number": 0},
-                "response.created"),
-            sse({"type": "response.output_text.delta", "delta": f"Hello from {name}", "item_id": "m1",
-                 "output_index": 0, "content_index": 0, "sequence_number": 1}, "response.output_text.delta"),
-            sse({"type": "response.completed", "response": done, "sequence_number": 2}, "response.completed")]
+    return [
+        sse(
+            {"type": "response.created", "response": {**done, "status": "in_progress"}, "sequence_number": 0},
+            "response.created",
+        ),
+        sse(
+            {
+                "type": "response.output_text.delta",
+                "delta": f"Hello from {name}",
+                "item_id": "m1",
+                "output_index": 0,
+                "content_index": 0,
+                "sequence_number": 1,
+            },
+            "response.output_text.delta",
+        ),
+        sse({"type": "response.completed", "response": done, "sequence_number": 2}, "response.completed"),
+    ]
 
 
 def event_stream_message(payload: dict) -> bytes:
     """One frame of vendor D's binary event stream carrying a messages event as base64 `bytes`."""
-    headers = b"".join(bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value.encode()
-                       for name, value in ((":event-type", "chunk"), (":content-type", "application/json"),
-                                           (":message-type", "event")))
+    headers = b"".join(
+        bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value.encode()
+        for name, value in ((":event-type", "chunk"), (":content-type", "application/json"), (":message-type", "event"))
+    )
     body = json.dumps({"bytes": base64.b64encode(json.dumps(payload).encode()).decode()}).encode()
     prelude = struct.pack(">II", 16 + len(headers) + len(body), len(headers))
     message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + body
@@ -159,8 +249,16 @@ def answer(path: str, body: dict, name: str) -> tuple[int, Any, list[bytes] | No
     if path.endswith("/messages"):
         return 200, _messages_json(body, name), _messages_stream(body, name) if stream else None
     if path.endswith("/embeddings"):
-        return 200, {"object": "list", "model": body.get("model"), "usage": {"prompt_tokens": 2, "total_tokens": 2},
-                     "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}]}, None
+        return (
+            200,
+            {
+                "object": "list",
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": 2, "total_tokens": 2},
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
+            },
+            None,
+        )
     if path.endswith("/responses"):
         return 200, _responses_json(body, name), _responses_stream(body, name) if stream else None
     return 404, {"error": {"message": f"no such path {path}", "type": "not_found"}}, None
@@ -184,12 +282,14 @@ class FakeProvider:
         """Bind a free port and serve."""
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._connection, "127.0.0.1", 0), self._loop).result()
+            asyncio.start_server(self._connection, "127.0.0.1", 0), self._loop
+        ).result()
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     def stop(self) -> None:
         """Stop serving and end the thread."""
+
         async def close() -> None:
             assert self._server is not None
             self._server.close()
@@ -246,8 +346,9 @@ class FakeProvider:
                 parsed = json.loads(body) if body else None
                 return Received(head.method.decode(), head.target.decode(), headers, parsed, body)
 
-    async def _one_request(self, connection: h11.Connection, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> bool:
+    async def _one_request(
+        self, connection: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         received = await self._read_request(connection, reader)
         if received is None:
             return False
@@ -263,8 +364,9 @@ class FakeProvider:
             await asyncio.sleep(3600)
         if behaviour in ("500", "429", "400"):
             status = int(behaviour)
-            return await self._send_json(connection, writer, status,
-                                         {"error": {"message": f"scripted {status}", "type": "scripted"}})
+            return await self._send_json(
+                connection, writer, status, {"error": {"message": f"scripted {status}", "type": "scripted"}}
+            )
         status, document, frames = answer(received.path.split("?")[0], received.body or {}, self.name)
         if frames is None:
             return await self._send_json(connection, writer, status, document)
@@ -280,10 +382,12 @@ class FakeProvider:
         await writer.drain()
         return True
 
-    async def _send_stream(self, connection: h11.Connection, writer: asyncio.StreamWriter, frames: list[bytes],
-                           behaviour: str) -> bool:
-        writer.write(connection.send(h11.Response(status_code=200, headers=[("content-type", "text/event-stream")]))
-                     or b"")
+    async def _send_stream(
+        self, connection: h11.Connection, writer: asyncio.StreamWriter, frames: list[bytes], behaviour: str
+    ) -> bool:
+        writer.write(
+            connection.send(h11.Response(status_code=200, headers=[("content-type", "text/event-stream")])) or b""
+        )
         if behaviour == "empty_stream":
             writer.write(connection.send(h11.EndOfMessage()) or b"")
             await writer.drain()

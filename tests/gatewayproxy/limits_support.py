@@ -25,8 +25,14 @@ CHAT = {"model": "m", "messages": HI}
 CHAT_TOKENS = 18
 
 
-def document(provider: FakeProvider, *, rate_limits: list[dict[str, Any]], spend: dict[str, Any] | None = None,
-             plugins: dict[str, Any] | None = None, pricing: dict[str, Any] | None = None) -> dict[str, Any]:
+def document(
+    provider: FakeProvider,
+    *,
+    rate_limits: list[dict[str, Any]],
+    spend: dict[str, Any] | None = None,
+    plugins: dict[str, Any] | None = None,
+    pricing: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A gateway in front of `provider` whose callers pick their scope with `x-scope-team` / `x-scope-user`."""
     destination: dict[str, Any] = {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"}}
     if pricing is not None:
@@ -54,9 +60,16 @@ def running(config: dict[str, Any]) -> Iterator[GatewayThread]:
 
 def redis_limiter(url: str, failure_mode: str = "deny") -> dict[str, Any]:
     """A `redis_window` rate limiter with a key prefix of its own."""
-    return {"rate_limiter": {"name": "shared", "kind": "redis_window", "url": url,
-                             "key_prefix": f"test:{uuid.uuid4().hex}:", "failure_mode": failure_mode,
-                             "retry_interval_ms": 50}}
+    return {
+        "rate_limiter": {
+            "name": "shared",
+            "kind": "redis_window",
+            "url": url,
+            "key_prefix": f"test:{uuid.uuid4().hex}:",
+            "failure_mode": failure_mode,
+            "retry_interval_ms": 50,
+        }
+    }
 
 
 def chat(url: str, **headers: str) -> httpx.Response:
@@ -66,11 +79,15 @@ def chat(url: str, **headers: str) -> httpx.Response:
 
 def burst(url: str, count: int, body: dict[str, Any] | None = None) -> list[httpx.Response]:
     """`count` chat completions sent at once."""
+
     async def fire() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=count)
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
-            return list(await asyncio.gather(*(client.post(f"{url}/v1/chat/completions", json=body or CHAT)
-                                               for _ in range(count))))
+            return list(
+                await asyncio.gather(
+                    *(client.post(f"{url}/v1/chat/completions", json=body or CHAT) for _ in range(count))
+                )
+            )
 
     return asyncio.run(fire())
 
@@ -106,8 +123,11 @@ class RedisServer:
         """Start it and wait until it accepts connections."""
         binary = shutil.which("redis-server")
         assert binary is not None, "redis-server is not installed"
-        self.process = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                                         "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
         def accepts() -> bool:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):

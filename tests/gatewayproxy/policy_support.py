@@ -26,10 +26,14 @@ class SigningKey:
 
     def __init__(self) -> None:
         self.private = ec.generate_private_key(ec.SECP256R1())
-        self.private_pem = self.private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                      serialization.NoEncryption())
-        self.public_pem = self.private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        self.private_pem = self.private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        self.public_pem = (
+            self.private.public_key()
+            .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+            .decode()
+        )
 
     def sign(self, bundle: dict[str, Any]) -> str:
         return jwt.encode(bundle, self.private_pem, algorithm="ES256", headers={"typ": "guardrail-bundle+jws"})
@@ -44,14 +48,27 @@ def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def rule(guardrail_type: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"type": "guardrail", "name": f"{guardrail_type}-rule", "guardrail_type": guardrail_type,
-            "config": config, "phases": [], "action": "deny", "enabled": True, **extra}
+    return {
+        "type": "guardrail",
+        "name": f"{guardrail_type}-rule",
+        "guardrail_type": guardrail_type,
+        "config": config,
+        "phases": [],
+        "action": "deny",
+        "enabled": True,
+        **extra,
+    }
 
 
 def bundle(version: int, *rules: dict[str, Any], expires_in: float = 900) -> dict[str, Any]:
     now = datetime.now(UTC)
-    return {"type": "guardrail_bundle", "version": version, "issued_at": now.isoformat(),
-            "expires_at": (now + timedelta(seconds=expires_in)).isoformat(), "guardrails": list(rules)}
+    return {
+        "type": "guardrail_bundle",
+        "version": version,
+        "issued_at": now.isoformat(),
+        "expires_at": (now + timedelta(seconds=expires_in)).isoformat(),
+        "guardrails": list(rules),
+    }
 
 
 def allow_models(version: int, *models: str) -> dict[str, Any]:
@@ -66,27 +83,45 @@ def gateway_document(provider: FakeProvider, **sections: Any) -> dict[str, Any]:
     """One priced vendor-A destination behind a route for every model, plus `sections`."""
     return {
         "vaults": [{"name": VAULT, "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"upstream": {"kind": "vendor_a_compatible", "base_url": f"{provider.url}/v1",
-                                      "credentials": {"vault": VAULT},
-                                      "pricing": {"input_per_1m": 1000.0, "output_per_1m": 1000.0}}},
-        "routes": [{"name": "all", "match": {"model": "*"},
-                    "strategy": {"mode": "fallback", "targets": [{"destination": "upstream"}]}}],
+        "destinations": {
+            "upstream": {
+                "kind": "vendor_a_compatible",
+                "base_url": f"{provider.url}/v1",
+                "credentials": {"vault": VAULT},
+                "pricing": {"input_per_1m": 1000.0, "output_per_1m": 1000.0},
+            }
+        },
+        "routes": [
+            {
+                "name": "all",
+                "match": {"model": "*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "upstream"}]},
+            }
+        ],
         **sections,
     }
 
 
 def api_key_identity(tmp_path: Path, key: str, principal: str, scope: dict[str, str]) -> dict[str, Any]:
     keys_file = tmp_path / f"keys-{principal}.json"
-    keys_file.write_text(json.dumps({"keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest(),
-                                               "principal": principal, "scope": scope}]}))
-    return {"scope_dims": sorted(scope), "validators": [{"name": "keys", "kind": "api_key",
-                                                         "keys_file": str(keys_file)}]}
+    keys_file.write_text(
+        json.dumps(
+            {"keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, "scope": scope}]}
+        )
+    )
+    return {
+        "scope_dims": sorted(scope),
+        "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(keys_file)}],
+    }
 
 
 def chat(gateway: GatewayThread, model: str, key: str = "client-key", **headers: str) -> httpx.Response:
-    return httpx.post(f"{gateway.url}/v1/chat/completions", timeout=10,
-                      headers={"authorization": f"Bearer {key}", **headers},
-                      json={"model": model, "messages": [{"role": "user", "content": "hello"}]})
+    return httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        timeout=10,
+        headers={"authorization": f"Bearer {key}", **headers},
+        json={"model": model, "messages": [{"role": "user", "content": "hello"}]},
+    )
 
 
 def error_code(response: httpx.Response) -> str | None:

@@ -77,16 +77,28 @@ def two_shapes(vault: dict[str, Any], chat: FakeProvider, messages: FakeProvider
     return {
         "vaults": [vault],
         "destinations": {
-            "shape_a": {"kind": "vendor_a", "base_url": f"{chat.url}/v1",
-                        "credentials": {"vault": "keys", "credential_id": "a"}},
-            "shape_b": {"kind": "vendor_b", "base_url": messages.url,
-                        "credentials": {"vault": "keys", "credential_id": "b"}},
+            "shape_a": {
+                "kind": "vendor_a",
+                "base_url": f"{chat.url}/v1",
+                "credentials": {"vault": "keys", "credential_id": "a"},
+            },
+            "shape_b": {
+                "kind": "vendor_b",
+                "base_url": messages.url,
+                "credentials": {"vault": "keys", "credential_id": "b"},
+            },
         },
         "routes": [
-            {"name": "to_a", "match": {"model": "a-*"},
-             "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]}},
-            {"name": "to_b", "match": {"model": "b-*"},
-             "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]}},
+            {
+                "name": "to_a",
+                "match": {"model": "a-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]},
+            },
+            {
+                "name": "to_b",
+                "match": {"model": "b-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]},
+            },
         ],
         **sections,
     }
@@ -145,11 +157,15 @@ class RecordingProcessor:
 
 def keyed_identity(directory: Path, keys: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """An `api_key` identity section: client key to (principal, team), with `team` declared."""
-    entries = [{"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, "scope": {"team": team}}
-               for key, (principal, team) in keys.items()]
+    entries = [
+        {"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, "scope": {"team": team}}
+        for key, (principal, team) in keys.items()
+    ]
     (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": entries}))
-    return {"scope_dims": ["team"],
-            "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(directory / "keys.yaml")}]}
+    return {
+        "scope_dims": ["team"],
+        "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(directory / "keys.yaml")}],
+    }
 
 
 def jsonl(path: Path) -> list[dict[str, Any]]:

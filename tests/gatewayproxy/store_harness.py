@@ -22,13 +22,17 @@ STORE_ONLY_DATABASE = pytest.mark.django_db(transaction=True, available_apps=["g
 
 def provider_document(provider: FakeProvider, **extra: Any) -> dict[str, Any]:
     """One vendor-A destination behind a catch-all route (the vault reads PATH, always set)."""
-    return loopback_config({
-        "server": {"limits": {"drain_timeout_ms": 5000}},
-        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"one": {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"}}},
-        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
-        **extra,
-    })
+    return loopback_config(
+        {
+            "server": {"limits": {"drain_timeout_ms": 5000}},
+            "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
+            "destinations": {
+                "one": {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"}}
+            },
+            "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
+            **extra,
+        }
+    )
 
 
 def import_document(directory: Any, document: dict[str, Any]) -> None:

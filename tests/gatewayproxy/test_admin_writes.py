@@ -41,8 +41,11 @@ def gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> I
 
 def initial_document(primary: FakeProvider, secondary: FakeProvider) -> dict[str, Any]:
     document = provider_document(primary)
-    document["destinations"]["two"] = {"kind": "vendor_a", "base_url": f"{secondary.url}/v1",
-                                       "credentials": {"vault": "v"}}
+    document["destinations"]["two"] = {
+        "kind": "vendor_a",
+        "base_url": f"{secondary.url}/v1",
+        "credentials": {"vault": "v"},
+    }
     document["routes"] = [{"name": "all", **to("one", model="m")}]
     return document
 
@@ -68,19 +71,27 @@ def test_put_and_delete_take_effect_at_once(gateway: BuiltGatewayThread) -> None
     assert selectors.config_version() == version + 2
 
 
-@pytest.mark.parametrize(("method", "path", "body", "problem"), [
-    ("PUT", "/admin/v1/routes/bad", to("nowhere"), "routes[1].strategy.targets[0].destination: destination "
-                                                   "'nowhere' is not declared"),
-    ("PUT", "/admin/v1/destinations/one", {"kind": "vendor_a"}, "destinations.one.credentials: Field required"),
-    ("PUT", "/admin/v1/vaults/v", {"resolver": "static_file", "file": "/no/such.yaml"}, "vaults[0].file"),
-    ("PUT", "/admin/v1/rate_limits/r", {"qpm": 0}, "rate_limits[0].qpm: Input should be greater than 0"),
-    ("PUT", "/admin/v1/config/plugins/p", {"slot": "cache", "kind": "nope"}, "unsupported kind 'nope'"),
-    ("PUT", "/admin/v1/config/plugins/p", {"kind": "stdout"}, "plugins.slot"),
-    ("PUT", "/admin/v1/routes/r", ["not", "an", "object"], "the body must be a JSON object"),
-    ("DELETE", "/admin/v1/destinations/one", None, "destinations.one: still referenced by route 'all'"),
-])
-def test_an_invalid_write_is_400_and_changes_nothing(gateway: BuiltGatewayThread, method: str, path: str,
-                                                     body: Any, problem: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "problem"),
+    [
+        (
+            "PUT",
+            "/admin/v1/routes/bad",
+            to("nowhere"),
+            "routes[1].strategy.targets[0].destination: destination 'nowhere' is not declared",
+        ),
+        ("PUT", "/admin/v1/destinations/one", {"kind": "vendor_a"}, "destinations.one.credentials: Field required"),
+        ("PUT", "/admin/v1/vaults/v", {"resolver": "static_file", "file": "/no/such.yaml"}, "vaults[0].file"),
+        ("PUT", "/admin/v1/rate_limits/r", {"qpm": 0}, "rate_limits[0].qpm: Input should be greater than 0"),
+        ("PUT", "/admin/v1/config/plugins/p", {"slot": "cache", "kind": "nope"}, "unsupported kind 'nope'"),
+        ("PUT", "/admin/v1/config/plugins/p", {"kind": "stdout"}, "plugins.slot"),
+        ("PUT", "/admin/v1/routes/r", ["not", "an", "object"], "the body must be a JSON object"),
+        ("DELETE", "/admin/v1/destinations/one", None, "destinations.one: still referenced by route 'all'"),
+    ],
+)
+def test_an_invalid_write_is_400_and_changes_nothing(
+    gateway: BuiltGatewayThread, method: str, path: str, body: Any, problem: str
+) -> None:
     before_state = gateway.gateway.runtime.state if gateway.gateway.runtime else None
     version = selectors.config_version()
     before = httpx.get(f"{gateway.admin_url}/admin/v1/config").json()
@@ -108,8 +119,11 @@ def test_plugins_name_their_slot(gateway: BuiltGatewayThread) -> None:
 def test_concurrent_writes_are_serialized(gateway: BuiltGatewayThread) -> None:
     names, version = [f"r{index}" for index in range(8)], selectors.config_version()
     with ThreadPoolExecutor(len(names)) as pool:
-        answers = list(pool.map(lambda name: httpx.put(f"{gateway.admin_url}/admin/v1/routes/{name}",
-                                                       json=to("two", model=name)), names))
+        answers = list(
+            pool.map(
+                lambda name: httpx.put(f"{gateway.admin_url}/admin/v1/routes/{name}", json=to("two", model=name)), names
+            )
+        )
     assert [answer.status_code for answer in answers] == [200] * len(names)
     assert selectors.config_version() == version + len(names)
     served = [route["name"] for route in httpx.get(f"{gateway.admin_url}/admin/v1/routes").json()["data"]]

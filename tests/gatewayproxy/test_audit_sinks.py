@@ -32,14 +32,33 @@ from tests.gatewayproxy.sinks_support import (
 
 pytestmark = pytest.mark.e2e
 KEYS = {"key-alice": ("alice", "red")}
-FIELDS = {"request_id", "ts", "kind", "principal", "route", "destination", "method", "path", "status", "outcome",
-          "error_code", "refused_by", "latency_ms"}
+FIELDS = {
+    "request_id",
+    "ts",
+    "kind",
+    "principal",
+    "route",
+    "destination",
+    "method",
+    "path",
+    "status",
+    "outcome",
+    "error_code",
+    "refused_by",
+    "latency_ms",
+}
 
 
-def start_gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider,
-                  audit_sinks: list[dict[str, Any]]) -> GatewayThread:
-    document = two_shapes(static_vault(tmp_path, {"a": "key-a", "b": "key-b"}), primary, secondary,
-                          identity=keyed_identity(tmp_path, KEYS), plugins={"audit_sinks": audit_sinks})
+def start_gateway(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, audit_sinks: list[dict[str, Any]]
+) -> GatewayThread:
+    document = two_shapes(
+        static_vault(tmp_path, {"a": "key-a", "b": "key-b"}),
+        primary,
+        secondary,
+        identity=keyed_identity(tmp_path, KEYS),
+        plugins={"audit_sinks": audit_sinks},
+    )
     return GatewayThread(document).start()
 
 
@@ -54,11 +73,19 @@ def chat(gateway: GatewayThread, key: str | None, model: str = "a-1") -> httpx.R
     return httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": model, "messages": HI}, headers=headers)
 
 
-def test_records_for_admitted_and_refused_requests(tmp_path: Path, primary: FakeProvider,
-                                                   secondary: FakeProvider) -> None:
+def test_records_for_admitted_and_refused_requests(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     trail = tmp_path / "audit.jsonl"
-    gateway = start_gateway(tmp_path, primary, secondary, [
-        {"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0}, {"name": "off", "kind": "noop"}])
+    gateway = start_gateway(
+        tmp_path,
+        primary,
+        secondary,
+        [
+            {"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0},
+            {"name": "off", "kind": "noop"},
+        ],
+    )
     try:
         served, anonymous, unrouted = chat(gateway, "key-alice"), chat(gateway, None), chat(gateway, "key-alice", "z")
         records = wait_until(lambda: len(found := jsonl(trail)) == 3 and found, what="three audit records")
@@ -67,77 +94,138 @@ def test_records_for_admitted_and_refused_requests(tmp_path: Path, primary: Fake
     by_id = {record["request_id"]: record for record in records}
     assert all(set(record) == FIELDS for record in records)
     admitted = by_id[served.headers["x-request-id"]]
-    assert {key: admitted[key] for key in ("principal", "route", "destination", "status", "outcome", "error_code",
-                                           "refused_by", "kind", "path")} == {
-        "principal": "alice", "route": "to_a", "destination": "shape_a", "status": 200, "outcome": "served",
-        "error_code": None, "refused_by": None, "kind": "chat", "path": "/v1/chat/completions"}
+    assert {
+        key: admitted[key]
+        for key in (
+            "principal",
+            "route",
+            "destination",
+            "status",
+            "outcome",
+            "error_code",
+            "refused_by",
+            "kind",
+            "path",
+        )
+    } == {
+        "principal": "alice",
+        "route": "to_a",
+        "destination": "shape_a",
+        "status": 200,
+        "outcome": "served",
+        "error_code": None,
+        "refused_by": None,
+        "kind": "chat",
+        "path": "/v1/chat/completions",
+    }
     refused = by_id[anonymous.headers["x-request-id"]]
     assert (refused["status"], refused["outcome"], refused["error_code"], refused["principal"]) == (
-        401, "refused", "unauthenticated", "anonymous")
+        401,
+        "refused",
+        "unauthenticated",
+        "anonymous",
+    )
     no_route = by_id[unrouted.headers["x-request-id"]]
     assert (no_route["status"], no_route["outcome"], no_route["error_code"]) == (404, "refused", "no_route")
 
 
-def test_deny_refuses_traffic_while_the_processor_fails(tmp_path: Path, primary: FakeProvider,
-                                                        secondary: FakeProvider,
-                                                        processor: RecordingProcessor) -> None:
+def test_deny_refuses_traffic_while_the_processor_fails(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, processor: RecordingProcessor
+) -> None:
     trail = tmp_path / "audit.jsonl"
-    gateway = start_gateway(tmp_path, primary, secondary, [
-        {"name": "proc", "kind": "ext_proc", "url": f"{processor.url}/audit", "flush_interval_ms": 0},
-        {"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0}])
+    gateway = start_gateway(
+        tmp_path,
+        primary,
+        secondary,
+        [
+            {"name": "proc", "kind": "ext_proc", "url": f"{processor.url}/audit", "flush_interval_ms": 0},
+            {"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0},
+        ],
+    )
     try:
         first = chat(gateway, "key-alice")
-        wait_until(lambda: first.headers["x-request-id"] in {r["request_id"] for r in processor.records},
-                   what="the processor to receive the first record")
+        wait_until(
+            lambda: first.headers["x-request-id"] in {r["request_id"] for r in processor.records},
+            what="the processor to receive the first record",
+        )
         processor.failing = True
         assert chat(gateway, "key-alice").status_code == 200
-        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
-                                  outcome="dropped") == 1, what="the failed batch counted")
+        wait_until(
+            lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="dropped") == 1,
+            what="the failed batch counted",
+        )
         refused = chat(gateway, "key-alice")
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "audit_unavailable"
-        record = wait_until(lambda: next((r for r in jsonl(trail) if r["request_id"] ==
-                                          refused.headers["x-request-id"]), None), what="the refusal's record")
-        assert (record["refused_by"], record["error_code"], record["outcome"]) == ("audit", "audit_unavailable",
-                                                                                    "refused")
+        record = wait_until(
+            lambda: next((r for r in jsonl(trail) if r["request_id"] == refused.headers["x-request-id"]), None),
+            what="the refusal's record",
+        )
+        assert (record["refused_by"], record["error_code"], record["outcome"]) == (
+            "audit",
+            "audit_unavailable",
+            "refused",
+        )
         processor.failing = False
         wait_until(lambda: chat(gateway, "key-alice").status_code == 200, what="traffic to resume")
     finally:
         gateway.stop()
 
 
-def test_allow_keeps_serving_while_the_processor_fails(tmp_path: Path, primary: FakeProvider,
-                                                       secondary: FakeProvider,
-                                                       processor: RecordingProcessor) -> None:
+def test_allow_keeps_serving_while_the_processor_fails(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, processor: RecordingProcessor
+) -> None:
     processor.failing = True
-    gateway = start_gateway(tmp_path, primary, secondary, [
-        {"name": "proc", "kind": "ext_proc", "url": processor.url, "failure_mode": "allow", "flush_interval_ms": 0}])
+    gateway = start_gateway(
+        tmp_path,
+        primary,
+        secondary,
+        [{"name": "proc", "kind": "ext_proc", "url": processor.url, "failure_mode": "allow", "flush_interval_ms": 0}],
+    )
     try:
         assert chat(gateway, "key-alice").status_code == 200
-        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
-                                  outcome="dropped") == 1, what="the failed batch counted")
+        wait_until(
+            lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="dropped") == 1,
+            what="the failed batch counted",
+        )
         assert [chat(gateway, "key-alice").status_code for _ in range(3)] == [200, 200, 200]
     finally:
         gateway.stop()
 
 
-def test_a_rejected_batch_is_dropped_not_retried_forever(tmp_path: Path, primary: FakeProvider,
-                                                         secondary: FakeProvider,
-                                                         processor: RecordingProcessor) -> None:
+def test_a_rejected_batch_is_dropped_not_retried_forever(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, processor: RecordingProcessor
+) -> None:
     """A 4xx says the batch itself is bad: it is counted as dropped instead of being spooled and replayed, so it
     cannot hold up the records behind it; a 429 is only a busy processor and is retried from the spool."""
     spool = {"directory": str(tmp_path / "spool"), "retry_interval_ms": 100}
     processor.refusing_with = 400
-    gateway = start_gateway(tmp_path, primary, secondary, [
-        {"name": "proc", "kind": "ext_proc", "url": processor.url, "failure_mode": "allow", "flush_interval_ms": 0,
-         "spool": spool}])
+    gateway = start_gateway(
+        tmp_path,
+        primary,
+        secondary,
+        [
+            {
+                "name": "proc",
+                "kind": "ext_proc",
+                "url": processor.url,
+                "failure_mode": "allow",
+                "flush_interval_ms": 0,
+                "spool": spool,
+            }
+        ],
+    )
     try:
         assert chat(gateway, "key-alice").status_code == 200
-        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
-                                  outcome="dropped") == 1, what="the rejected batch counted")
+        wait_until(
+            lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="dropped") == 1,
+            what="the rejected batch counted",
+        )
         processor.refusing_with = 429
         assert chat(gateway, "key-alice").status_code == 200
-        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc",
-                                  outcome="spooled") == 1, what="the throttled batch spooled")
+        wait_until(
+            lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="proc", outcome="spooled") == 1,
+            what="the throttled batch spooled",
+        )
         processor.refusing_with = None
         wait_until(lambda: len(processor.records) == 1, what="the throttled batch replayed")
         assert chat(gateway, "key-alice").status_code == 200
@@ -148,13 +236,27 @@ def test_a_rejected_batch_is_dropped_not_retried_forever(tmp_path: Path, primary
 
 
 def test_a_full_queue_overflows_to_the_spool_and_every_record_arrives_once(
-        tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, processor: RecordingProcessor) -> None:
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, processor: RecordingProcessor
+) -> None:
     """A sink slower than the traffic: what the queue cannot hold goes to the spool (the request does not wait) and
     is replayed once the sink keeps up; no record is lost or doubled."""
     processor.delay = 0.2
-    gateway = start_gateway(tmp_path, primary, secondary, [
-        {"name": "proc", "kind": "ext_proc", "url": processor.url, "queue_size": 2, "batch_size": 1,
-         "flush_interval_ms": 0, "spool": {"directory": str(tmp_path / "spool"), "retry_interval_ms": 100}}])
+    gateway = start_gateway(
+        tmp_path,
+        primary,
+        secondary,
+        [
+            {
+                "name": "proc",
+                "kind": "ext_proc",
+                "url": processor.url,
+                "queue_size": 2,
+                "batch_size": 1,
+                "flush_interval_ms": 0,
+                "spool": {"directory": str(tmp_path / "spool"), "retry_interval_ms": 100},
+            }
+        ],
+    )
     try:
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda _: chat(gateway, "key-alice"), range(12)))
@@ -168,10 +270,15 @@ def test_a_full_queue_overflows_to_the_spool_and_every_record_arrives_once(
         gateway.stop()
 
 
-def test_a_bad_sink_option_fails_boot_naming_the_key(tmp_path: Path, primary: FakeProvider,
-                                                     secondary: FakeProvider) -> None:
-    document = two_shapes(static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary, plugins={
-        "audit_sinks": [{"name": "trail", "kind": "file", "path": "x", "pth": "y"}]})
+def test_a_bad_sink_option_fails_boot_naming_the_key(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider
+) -> None:
+    document = two_shapes(
+        static_vault(tmp_path, {"a": "k", "b": "k"}),
+        primary,
+        secondary,
+        plugins={"audit_sinks": [{"name": "trail", "kind": "file", "path": "x", "pth": "y"}]},
+    )
     with pytest.raises(ConfigError) as raised:
         build_state(validate_document(document), UpstreamPool(), SharedParts(), GatewayMetrics())
     assert "plugins.audit_sinks[0].pth: unknown key" in str(raised.value)

@@ -25,19 +25,25 @@ from tests.gatewayproxy.harness import GatewayThread
 
 pytestmark = pytest.mark.e2e
 CALLERS = {"key-alice": ("alice", {"team": "red"}), "key-bob": ("bob", {"team": "blue"}), "key-carol": ("carol", {})}
-ACL = {"rules": [
-    {"name": "alice", "principal": "alice", "models": ["a-*"]},
-    {"name": "blue-team", "scope": {"team": "blue"}, "paths": ["/v1/messages"]},
-]}
+ACL = {
+    "rules": [
+        {"name": "alice", "principal": "alice", "models": ["a-*"]},
+        {"name": "blue-team", "scope": {"team": "blue"}, "paths": ["/v1/messages"]},
+    ]
+}
 
 
 def write_identity(directory: Path) -> dict[str, Any]:
     """The api_key validator of the three callers, with its keys file under `directory`."""
-    keys = [{"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, "scope": scope}
-            for key, (principal, scope) in CALLERS.items()]
+    keys = [
+        {"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, "scope": scope}
+        for key, (principal, scope) in CALLERS.items()
+    ]
     (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
-    return {"scope_dims": ["team"],
-            "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(directory / "keys.yaml")}]}
+    return {
+        "scope_dims": ["team"],
+        "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(directory / "keys.yaml")}],
+    }
 
 
 @contextlib.contextmanager
@@ -58,8 +64,9 @@ def gateway_with(primary: FakeProvider, directory: Path, authorizers: list[dict]
         running.stop()
 
 
-def call(gateway: GatewayThread, key: str, model: str = "a-large", path: str = "/v1/chat/completions") \
-        -> httpx.Response:
+def call(
+    gateway: GatewayThread, key: str, model: str = "a-large", path: str = "/v1/chat/completions"
+) -> httpx.Response:
     body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
     return httpx.post(f"{gateway.url}{path}", json=body, headers={"authorization": f"Bearer {key}"})
 
@@ -72,11 +79,11 @@ def outcome(response: httpx.Response) -> int | str:
     return str(document["error"]["code"])
 
 
-def test_yaml_acl_first_matching_rule_decides_and_strangers_are_denied(primary: FakeProvider,
-                                                                       tmp_path: Path) -> None:
+def test_yaml_acl_first_matching_rule_decides_and_strangers_are_denied(primary: FakeProvider, tmp_path: Path) -> None:
     (tmp_path / "acl.yaml").write_text(yaml.safe_dump(ACL))
-    with gateway_with(primary, tmp_path, [{"name": "acl", "kind": "yaml_acl", "file": str(tmp_path / "acl.yaml")}]) \
-            as gateway:
+    with gateway_with(
+        primary, tmp_path, [{"name": "acl", "kind": "yaml_acl", "file": str(tmp_path / "acl.yaml")}]
+    ) as gateway:
         outcomes = {
             "alice a-model": outcome(call(gateway, "key-alice")),
             "alice other model": outcome(call(gateway, "key-alice", model="b-small")),
@@ -85,8 +92,13 @@ def test_yaml_acl_first_matching_rule_decides_and_strangers_are_denied(primary: 
             "carol": outcome(call(gateway, "key-carol")),
         }
         refused = call(gateway, "key-bob")
-    assert outcomes == {"alice a-model": 200, "alice other model": "forbidden", "bob messages": 200,
-                        "bob chat": "forbidden", "carol": "forbidden"}
+    assert outcomes == {
+        "alice a-model": 200,
+        "alice other model": "forbidden",
+        "bob messages": 200,
+        "bob chat": "forbidden",
+        "carol": "forbidden",
+    }
     assert refused.status_code == 403
     assert "path '/v1/chat/completions' is not allowed by blue-team" in refused.json()["error"]["message"]
     assert len(primary.received) == 2  # nothing was spent on a refused request
@@ -99,10 +111,23 @@ def test_opa_decides_on_the_request_facts(primary: FakeProvider, tmp_path: Path)
             return 200, {"result": facts["scope"].get("team") == "red"}
         return 200, {"result": {"allow": facts["principal"] == "alice", "reason": "only alice"}}
 
-    with serving(JsonServer(policy)) as opa, gateway_with(primary, tmp_path, [
-            {"name": "opa-object", "kind": "opa_http", "url": opa.url, "package": "gateway.authz"},
-            {"name": "opa-boolean", "kind": "opa_http", "url": opa.url, "package": "gateway/authz", "rule": "allow"},
-    ]) as gateway:
+    with (
+        serving(JsonServer(policy)) as opa,
+        gateway_with(
+            primary,
+            tmp_path,
+            [
+                {"name": "opa-object", "kind": "opa_http", "url": opa.url, "package": "gateway.authz"},
+                {
+                    "name": "opa-boolean",
+                    "kind": "opa_http",
+                    "url": opa.url,
+                    "package": "gateway/authz",
+                    "rule": "allow",
+                },
+            ],
+        ) as gateway,
+    ):
         alice, bob = call(gateway, "key-alice"), call(gateway, "key-bob")
     assert alice.status_code == 200
     assert bob.status_code == 403 and "only alice" in bob.json()["error"]["message"]
@@ -115,28 +140,53 @@ def test_opa_decides_on_the_request_facts(primary: FakeProvider, tmp_path: Path)
 
 
 @pytest.mark.parametrize(("failure_mode", "expected"), [("deny", "forbidden"), ("allow", 200), ("log_only", 200)])
-def test_a_hanging_opa_follows_failure_mode_within_its_timeout(failure_mode: str, expected: int | str,
-                                                               primary: FakeProvider, tmp_path: Path) -> None:
-    with serving(JsonServer(lambda path, asked: HANG)) as opa, gateway_with(primary, tmp_path, [
-            {"name": "opa", "kind": "opa_http", "url": opa.url, "package": "authz", "timeout_ms": 200,
-             "failure_mode": failure_mode}]) as gateway:
+def test_a_hanging_opa_follows_failure_mode_within_its_timeout(
+    failure_mode: str, expected: int | str, primary: FakeProvider, tmp_path: Path
+) -> None:
+    with (
+        serving(JsonServer(lambda path, asked: HANG)) as opa,
+        gateway_with(
+            primary,
+            tmp_path,
+            [
+                {
+                    "name": "opa",
+                    "kind": "opa_http",
+                    "url": opa.url,
+                    "package": "authz",
+                    "timeout_ms": 200,
+                    "failure_mode": failure_mode,
+                }
+            ],
+        ) as gateway,
+    ):
         started = time.monotonic()
         response = call(gateway, "key-alice")
         elapsed = time.monotonic() - started
         metrics = gateway.metrics_text
     assert outcome(response) == expected and elapsed < 2
     if failure_mode != "deny":
-        assert f'gateway_authorizer_backend_failures_passed_total{{authorizer="opa",failure_mode="{failure_mode}"}} ' \
-               "1.0" in metrics
+        assert (
+            f'gateway_authorizer_backend_failures_passed_total{{authorizer="opa",failure_mode="{failure_mode}"}} '
+            "1.0" in metrics
+        )
 
 
 def test_ext_proc_and_allow_all_must_all_allow(primary: FakeProvider, tmp_path: Path) -> None:
     def processor(path: str, facts: Any) -> tuple[int, Any]:
         return 200, {"allow": facts["principal"] != "carol", "reason": "carol is suspended"}
 
-    with serving(JsonServer(processor)) as server, gateway_with(primary, tmp_path, [
-            {"name": "everyone", "kind": "allow_all"},
-            {"name": "proc", "kind": "ext_proc", "url": f"{server.url}/authorize", "timeout_ms": 500}]) as gateway:
+    with (
+        serving(JsonServer(processor)) as server,
+        gateway_with(
+            primary,
+            tmp_path,
+            [
+                {"name": "everyone", "kind": "allow_all"},
+                {"name": "proc", "kind": "ext_proc", "url": f"{server.url}/authorize", "timeout_ms": 500},
+            ],
+        ) as gateway,
+    ):
         alice, carol = call(gateway, "key-alice"), call(gateway, "key-carol")
         metrics = gateway.metrics_text
     assert alice.status_code == 200
@@ -145,12 +195,15 @@ def test_ext_proc_and_allow_all_must_all_allow(primary: FakeProvider, tmp_path: 
     assert 'gateway_authorizer_decisions_total{authorizer="proc",outcome="denied"} 1.0' in metrics
 
 
-@pytest.mark.parametrize(("authorizer", "problem"), [
-    ({"kind": "opa_http", "url": "http://opa"}, "plugins.authorizers[0].package: Field required"),
-    ({"kind": "ext_proc", "url": "opa:8181"}, "plugins.authorizers[0].url"),
-    ({"kind": "allow_all", "mode": "open"}, "plugins.authorizers[0].mode: unknown key"),
-    ({"kind": "yaml_acl", "file": "/nonexistent/acl.yaml"}, "plugins.authorizers[0].file: cannot read"),
-])
+@pytest.mark.parametrize(
+    ("authorizer", "problem"),
+    [
+        ({"kind": "opa_http", "url": "http://opa"}, "plugins.authorizers[0].package: Field required"),
+        ({"kind": "ext_proc", "url": "opa:8181"}, "plugins.authorizers[0].url"),
+        ({"kind": "allow_all", "mode": "open"}, "plugins.authorizers[0].mode: unknown key"),
+        ({"kind": "yaml_acl", "file": "/nonexistent/acl.yaml"}, "plugins.authorizers[0].file: cannot read"),
+    ],
+)
 def test_bad_authorizer_options_fail_boot_naming_the_key(authorizer: dict, problem: str) -> None:
     loaded = validate_document({"plugins": {"authorizers": [{"name": "a", **authorizer}]}})
     with pytest.raises(ConfigError) as failed:
@@ -160,8 +213,9 @@ def test_bad_authorizer_options_fail_boot_naming_the_key(authorizer: dict, probl
 
 def test_a_malformed_acl_rule_fails_boot(tmp_path: Path) -> None:
     (tmp_path / "acl.yaml").write_text(yaml.safe_dump({"rules": [{"principal": "x", "modles": ["*"]}]}))
-    loaded = validate_document({"plugins": {"authorizers": [
-        {"name": "acl", "kind": "yaml_acl", "file": str(tmp_path / "acl.yaml")}]}})
+    loaded = validate_document(
+        {"plugins": {"authorizers": [{"name": "acl", "kind": "yaml_acl", "file": str(tmp_path / "acl.yaml")}]}}
+    )
     with pytest.raises(ConfigError) as failed:
         build_state(loaded, UpstreamPool(), SharedParts(), GatewayMetrics())
     assert failed.value.problems == ["plugins.authorizers[0].file: rules.0.modles: Extra inputs are not permitted"]

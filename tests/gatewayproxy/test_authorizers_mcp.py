@@ -21,8 +21,13 @@ INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo":
 GUARDRAILS = [
     {"name": "redact-phone", "kind": "pii_regex", "builtins": ["phone"], "action": "redact", "phases": ["tool_call"]},
     {"name": "no-email", "kind": "pii_regex", "builtins": ["email"], "phases": ["tool_call"]},
-    {"name": "no-secrets-out", "kind": "pii_regex", "builtins": [], "patterns": {"secret": "top secret"},
-     "phases": ["tool_result"]},
+    {
+        "name": "no-secrets-out",
+        "kind": "pii_regex",
+        "builtins": [],
+        "patterns": {"secret": "top secret"},
+        "phases": ["tool_result"],
+    },
 ]
 
 
@@ -30,17 +35,26 @@ GUARDRAILS = [
 def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer) -> Iterator[GatewayThread]:
     directory = tmp_path_factory.mktemp("mcp-governed")
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token"}))
-    (directory / "acl.yaml").write_text(yaml.safe_dump({"rules": [
-        {"principal": "alice", "paths": ["/v1/mcp", "/v1/mcp/sse"], "mcp_tools": ["echo"]}]}))
+    (directory / "acl.yaml").write_text(
+        yaml.safe_dump({"rules": [{"principal": "alice", "paths": ["/v1/mcp", "/v1/mcp/sse"], "mcp_tools": ["echo"]}]})
+    )
     document = {
         "identity": write_identity(directory),
         "vaults": [{"name": "files", "resolver": "static_file", "file": str(directory / "vault.yaml")}],
-        "destinations": {"notes": {"kind": "mcp", "url": upstream.url,
-                                   "credentials": {"vault": "files", "credential_id": "notes"}}},
-        "routes": [{"name": "mcp", "match": {"path": "/v1/mcp"},
-                    "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]}}],
-        "plugins": {"authorizers": [{"name": "acl", "kind": "yaml_acl", "file": str(directory / "acl.yaml")}],
-                    "guardrails": GUARDRAILS},
+        "destinations": {
+            "notes": {"kind": "mcp", "url": upstream.url, "credentials": {"vault": "files", "credential_id": "notes"}}
+        },
+        "routes": [
+            {
+                "name": "mcp",
+                "match": {"path": "/v1/mcp"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
+            }
+        ],
+        "plugins": {
+            "authorizers": [{"name": "acl", "kind": "yaml_acl", "file": str(directory / "acl.yaml")}],
+            "guardrails": GUARDRAILS,
+        },
     }
     running = GatewayThread(document).start()
     yield running
@@ -115,8 +129,11 @@ def test_a_tool_result_is_judged_before_it_is_relayed(gateway: GatewayThread, se
 
 def test_a_batch_cannot_slip_past_the_stages(gateway: GatewayThread, session: str) -> None:
     batch = [{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "add", "arguments": {}}}]
-    response = httpx.post(f"{gateway.url}/v1/mcp", json=batch, headers={
-        "accept": ACCEPT, "authorization": "Bearer key-alice", "mcp-session-id": session})
+    response = httpx.post(
+        f"{gateway.url}/v1/mcp",
+        json=batch,
+        headers={"accept": ACCEPT, "authorization": "Bearer key-alice", "mcp-session-id": session},
+    )
     assert response.status_code == 400 and response.json()["error"]["data"] == {"code": "invalid_request"}
 
 

@@ -48,17 +48,26 @@ def test_empty_document_gets_every_default() -> None:
 
 
 def test_section_defaults() -> None:
-    config = validate_document(with_changes(
-        vaults=[{"name": "v", "resolver": "env"}, {"name": "h", "resolver": "http", "url_template": "http://x/{credential_id}"}],
-        guardrail_source={"kind": "registry", "base_url": "http://r", "bearer_token_file": "t"},
-        guardrail_state={"kind": "redis", "url": "redis://x", "turn_ttl_secs": 0},
-        plugins={"usage_sinks": [{"name": "s", "kind": "stdout"}]})).config
+    config = validate_document(
+        with_changes(
+            vaults=[
+                {"name": "v", "resolver": "env"},
+                {"name": "h", "resolver": "http", "url_template": "http://x/{credential_id}"},
+            ],
+            guardrail_source={"kind": "registry", "base_url": "http://r", "bearer_token_file": "t"},
+            guardrail_state={"kind": "redis", "url": "redis://x", "turn_ttl_secs": 0},
+            plugins={"usage_sinks": [{"name": "s", "kind": "stdout"}]},
+        )
+    ).config
     http_vault = config.vaults[1]
     assert (http_vault.timeout_ms, http_vault.cache.ttl_secs, http_vault.cache.max_entries) == (5000, 300, 1024)
     assert config.vaults[0].prefix == "VAULT__"
     source = config.guardrail_source
     assert source is not None and (source.timeout_ms, source.cache_ttl_secs, source.reload_interval_secs) == (
-        3000, 900, 120)
+        3000,
+        900,
+        120,
+    )
     assert source.registry_endpoint == "/internal/v1/guardrails/effective" and source.on_backend_error == "last_known"
     state = config.guardrail_state
     assert state is not None and state.turn_ttl_secs == 1 and state.session_ttl_secs == 86400
@@ -78,18 +87,24 @@ def test_unknown_nested_key_is_named() -> None:
 
 
 def test_guardrail_sections_ignore_unknown_keys() -> None:
-    config = validate_document(with_changes(guardrail_state={"kind": "memory", "ttl_typo": 5},
-                                            guardrail_source={"kind": "file", "path": "b.json", "x": 1,
-                                                              "verification": {"allow_unsigned": True}})).config
+    config = validate_document(
+        with_changes(
+            guardrail_state={"kind": "memory", "ttl_typo": 5},
+            guardrail_source={"kind": "file", "path": "b.json", "x": 1, "verification": {"allow_unsigned": True}},
+        )
+    ).config
     assert config.guardrail_state is not None and config.guardrail_state.kind == "memory"
 
 
-@pytest.mark.parametrize(("slot", "instance", "available"), [
-    ("rate_limiter", {"name": "r", "kind": "token_bucket_redis"}, "token_bucket_local, redis_window, token_bucket"),
-    ("guardrails", [{"name": "g", "kind": "openai_moderation"}], "pii_regex, llm_evaluator, ext_proc"),
-    ("usage_sinks", [{"name": "u", "kind": "parquet_s3"}], "stdout, kafka, postgres, registry"),
-    ("cache", {"name": "c", "kind": "vector_semantic"}, "redis_exact"),
-])
+@pytest.mark.parametrize(
+    ("slot", "instance", "available"),
+    [
+        ("rate_limiter", {"name": "r", "kind": "token_bucket_redis"}, "token_bucket_local, redis_window, token_bucket"),
+        ("guardrails", [{"name": "g", "kind": "openai_moderation"}], "pii_regex, llm_evaluator, ext_proc"),
+        ("usage_sinks", [{"name": "u", "kind": "parquet_s3"}], "stdout, kafka, postgres, registry"),
+        ("cache", {"name": "c", "kind": "vector_semantic"}, "redis_exact"),
+    ],
+)
 def test_unsupported_plugin_kind_lists_available_kinds(slot: str, instance: Any, available: str) -> None:
     (problem,) = problems_of(with_changes(plugins={slot: instance}))
     assert problem.startswith(f"plugins.{slot}") and f"available kinds: {available}" in problem
@@ -101,15 +116,19 @@ def test_plugin_alias_is_accepted() -> None:
 
 
 def test_duplicate_plugin_names_in_a_slot() -> None:
-    (problem,) = problems_of(with_changes(plugins={"usage_sinks": [{"name": "s", "kind": "stdout"},
-                                                                   {"name": "s", "kind": "kafka"}]}))
+    (problem,) = problems_of(
+        with_changes(plugins={"usage_sinks": [{"name": "s", "kind": "stdout"}, {"name": "s", "kind": "kafka"}]})
+    )
     assert "unique" in problem
 
 
-@pytest.mark.parametrize(("targets", "fragment"), [
-    ([{"destination": "a", "weight": 60}, {"destination": "a", "weight": 30}], "sum to 100"),
-    ([{"destination": "a", "weight": 100}, {"destination": "a"}], "every target or to none"),
-])
+@pytest.mark.parametrize(
+    ("targets", "fragment"),
+    [
+        ([{"destination": "a", "weight": 60}, {"destination": "a", "weight": 30}], "sum to 100"),
+        ([{"destination": "a", "weight": 100}, {"destination": "a"}], "every target or to none"),
+    ],
+)
 def test_loadbalance_weights(targets: list[dict[str, Any]], fragment: str) -> None:
     document = with_changes(routes=[{"name": "r", "strategy": {"mode": "loadbalance", "targets": targets}}])
     (problem,) = problems_of(document)
@@ -117,69 +136,126 @@ def test_loadbalance_weights(targets: list[dict[str, Any]], fragment: str) -> No
 
 
 def test_weights_all_absent_or_zero_excluding_are_valid() -> None:
-    for targets in ([{"destination": "a"}, {"destination": "a"}],
-                    [{"destination": "a", "weight": 0}, {"destination": "a", "weight": 100}]):
+    for targets in (
+        [{"destination": "a"}, {"destination": "a"}],
+        [{"destination": "a", "weight": 0}, {"destination": "a", "weight": 100}],
+    ):
         validate_document(with_changes(routes=[{"name": "r", "strategy": {"mode": "loadbalance", "targets": targets}}]))
 
 
 def test_cross_references_are_checked_together() -> None:
     document = with_changes(
-        routes=[{"name": "r", "match": {"scope": {"region": "eu"}},
-                 "strategy": {"mode": "conditional", "conditions": [{"if": {"colour": "x"}, "target": "ghost"}]}}],
-        spend={"trusted_header_dims": ["tier"]})
+        routes=[
+            {
+                "name": "r",
+                "match": {"scope": {"region": "eu"}},
+                "strategy": {"mode": "conditional", "conditions": [{"if": {"colour": "x"}, "target": "ghost"}]},
+            }
+        ],
+        spend={"trusted_header_dims": ["tier"]},
+    )
     document["destinations"]["a"]["credentials"]["vault"] = "nowhere"
-    assert sorted(problems_of(document)) == sorted([
-        "spend.trusted_header_dims: scope dimension 'tier' is not declared in identity.scope_dims",
-        "destinations.a.credentials.vault: vault 'nowhere' is not declared in vaults",
-        "routes[0].match.scope: scope dimension 'region' is not declared in identity.scope_dims",
-        "routes[0].strategy.conditions[0].target: destination 'ghost' is not declared",
-        "routes[0].strategy.conditions[0].if.colour: a condition field is `model`, `path`, `header.<name>` or "
-        "`scope.<dim>`",
-    ])
+    assert sorted(problems_of(document)) == sorted(
+        [
+            "spend.trusted_header_dims: scope dimension 'tier' is not declared in identity.scope_dims",
+            "destinations.a.credentials.vault: vault 'nowhere' is not declared in vaults",
+            "routes[0].match.scope: scope dimension 'region' is not declared in identity.scope_dims",
+            "routes[0].strategy.conditions[0].target: destination 'ghost' is not declared",
+            "routes[0].strategy.conditions[0].if.colour: a condition field is `model`, `path`, `header.<name>` or "
+            "`scope.<dim>`",
+        ]
+    )
 
 
 def test_retry_triggers_are_canonical() -> None:
-    document = with_changes(routes=[{"name": "r", "strategy": {
-        "mode": "fallback", "targets": [{"destination": "a"}],
-        "retry": {"triggers": ["http_5xx", "429", "timeout_ms"], "max_attempts": 2}}}])
+    document = with_changes(
+        routes=[
+            {
+                "name": "r",
+                "strategy": {
+                    "mode": "fallback",
+                    "targets": [{"destination": "a"}],
+                    "retry": {"triggers": ["http_5xx", "429", "timeout_ms"], "max_attempts": 2},
+                },
+            }
+        ]
+    )
     retry = validate_document(document).config.routes[0].strategy.retry
     assert retry is not None and retry.triggers == ["429", "5xx", "timeout"]
     document["routes"][0]["strategy"]["retry"]["triggers"] = ["4xx"]
     assert "unknown retry triggers" in problems_of(document)[0]
 
 
-@pytest.mark.parametrize(("validator", "fragment"), [
-    ({"name": "k", "kind": "api_key", "keys_file": "k.yaml", "header": "x-api-key"}, "custom `header` is refused"),
-    ({"name": "k", "kind": "api_key"}, "requires `keys_file`"),
-    ({"name": "j", "kind": "jwt", "jwks_url": "http://x", "audiences": ["a"]}, "insecure_allow_any_issuer"),
-    ({"name": "j", "kind": "jwt", "jwks_url": "http://x", "issuers": ["i"]}, "insecure_allow_any_audience"),
-    ({"name": "j", "kind": "jwt", "issuers": ["i"], "audiences": ["a"]}, "jwks_url"),
-])
+@pytest.mark.parametrize(
+    ("validator", "fragment"),
+    [
+        ({"name": "k", "kind": "api_key", "keys_file": "k.yaml", "header": "x-api-key"}, "custom `header` is refused"),
+        ({"name": "k", "kind": "api_key"}, "requires `keys_file`"),
+        ({"name": "j", "kind": "jwt", "jwks_url": "http://x", "audiences": ["a"]}, "insecure_allow_any_issuer"),
+        ({"name": "j", "kind": "jwt", "jwks_url": "http://x", "issuers": ["i"]}, "insecure_allow_any_audience"),
+        ({"name": "j", "kind": "jwt", "issuers": ["i"], "audiences": ["a"]}, "jwks_url"),
+    ],
+)
 def test_validator_requirements(validator: dict[str, Any], fragment: str) -> None:
     (problem,) = problems_of(with_changes(identity={"validators": [validator]}))
     assert problem.startswith("identity.validators[0]") and fragment in problem
 
 
 def test_insecure_flags_warn_at_startup() -> None:
-    loaded = validate_document(with_changes(identity={"validators": [
-        {"name": "j", "kind": "jwt", "jwks_url": "http://x", "insecure_allow_any_issuer": True,
-         "insecure_allow_any_audience": True}]}))
+    loaded = validate_document(
+        with_changes(
+            identity={
+                "validators": [
+                    {
+                        "name": "j",
+                        "kind": "jwt",
+                        "jwks_url": "http://x",
+                        "insecure_allow_any_issuer": True,
+                        "insecure_allow_any_audience": True,
+                    }
+                ]
+            }
+        )
+    )
     assert len([warning for warning in loaded.warnings if "insecure_allow_any" in warning]) == 2
 
 
-@pytest.mark.parametrize(("destination", "fragment"), [
-    ({"kind": "cloud_vendor_c"}, "requires `base_url`"),
-    ({"kind": "vendor_e", "project": "p"}, "requires `location`"),
-    ({"kind": "vendor_a", "project": "p"}, "`project` is not a field of kind 'vendor_a'"),
-    ({"kind": "mcp"}, "requires `base_url`"),
-    ({"kind": "native_api_key", "provider": "x", "api": "y", "base_url": "http://x", "allowed_paths": [],
-      "auth": {"header": "k"}}, "requires `allowed_paths`"),
-    ({"kind": "native_api_key", "provider": "x", "api": "y", "base_url": "http://x", "allowed_paths": ["/a"],
-      "auth": {"header": "k"}, "model_map": {"a": "b"}}, "rejects `model_map` and `pricing`"),
-])
+@pytest.mark.parametrize(
+    ("destination", "fragment"),
+    [
+        ({"kind": "cloud_vendor_c"}, "requires `base_url`"),
+        ({"kind": "vendor_e", "project": "p"}, "requires `location`"),
+        ({"kind": "vendor_a", "project": "p"}, "`project` is not a field of kind 'vendor_a'"),
+        ({"kind": "mcp"}, "requires `base_url`"),
+        (
+            {
+                "kind": "native_api_key",
+                "provider": "x",
+                "api": "y",
+                "base_url": "http://x",
+                "allowed_paths": [],
+                "auth": {"header": "k"},
+            },
+            "requires `allowed_paths`",
+        ),
+        (
+            {
+                "kind": "native_api_key",
+                "provider": "x",
+                "api": "y",
+                "base_url": "http://x",
+                "allowed_paths": ["/a"],
+                "auth": {"header": "k"},
+                "model_map": {"a": "b"},
+            },
+            "rejects `model_map` and `pricing`",
+        ),
+    ],
+)
 def test_destination_kind_requirements(destination: dict[str, Any], fragment: str) -> None:
-    (problem,) = problems_of(with_changes(destinations={"d": {**destination, "credentials": {"vault": "v"}}},
-                                          routes=[]))
+    (problem,) = problems_of(
+        with_changes(destinations={"d": {**destination, "credentials": {"vault": "v"}}}, routes=[])
+    )
     assert problem.startswith("destinations.d") and fragment in problem
 
 
@@ -191,16 +267,23 @@ def test_credentials_vault_is_required() -> None:
 def test_guardrail_cross_checks() -> None:
     problems = problems_of(with_changes(guardrails_policy={"mode": "enforce"}))
     assert problems == ["guardrail_source: required when guardrails_policy.mode is observe or enforce"]
-    problems = problems_of(with_changes(
-        guardrail_source={"kind": "registry", "base_url": "http://r/api", "bearer_token_file": "t"},
-        guardrail_state={"kind": "redis", "url": "redis://x"}))
-    assert problems == ["guardrail_source.base_url: must be a bare service root when paired with a redis "
-                        "guardrail_state"]
+    problems = problems_of(
+        with_changes(
+            guardrail_source={"kind": "registry", "base_url": "http://r/api", "bearer_token_file": "t"},
+            guardrail_state={"kind": "redis", "url": "redis://x"},
+        )
+    )
+    assert problems == [
+        "guardrail_source.base_url: must be a bare service root when paired with a redis guardrail_state"
+    ]
     (problem,) = problems_of(with_changes(guardrails_policy={"mode": "off", "refresh_interval_secs": 0}))
     assert problem.startswith("guardrails_policy.refresh_interval_secs")
-    (problem,) = problems_of(with_changes(guardrails_policy={"mode": "observe", "phases": ["request"]},
-                                          guardrail_source={"kind": "file", "path": "b", "verification": {
-                                              "allow_unsigned": True}}))
+    (problem,) = problems_of(
+        with_changes(
+            guardrails_policy={"mode": "observe", "phases": ["request"]},
+            guardrail_source={"kind": "file", "path": "b", "verification": {"allow_unsigned": True}},
+        )
+    )
     assert "harness-only" in problem
 
 
@@ -211,21 +294,32 @@ def test_spend_and_budget_checks() -> None:
     assert problem.startswith("spend.budget_timezone")
     (problem,) = problems_of(with_changes(rate_limits=[{"name": "l", "budget_usd_per_month": 5}]))
     assert problem == "rate_limits[0].budget_usd_per_month: needs destination pricing or plugins.cost_model"
-    loaded = validate_document(with_changes(rate_limits=[{"name": "l", "qpm": 5, "budget_usd_per_day": 1}],
-                                            plugins={"cost_model": {"name": "c", "kind": "seed"}}))
+    loaded = validate_document(
+        with_changes(
+            rate_limits=[{"name": "l", "qpm": 5, "budget_usd_per_day": 1}],
+            plugins={"cost_model": {"name": "c", "kind": "seed"}},
+        )
+    )
     assert any("budget_usd_per_day is deprecated" in warning for warning in loaded.warnings)
 
 
 def test_non_loopback_admin_needs_a_token() -> None:
     assert problems_of(with_changes(server={"admin_listen": "0.0.0.0:9099"})) == [
-        "server.admin_listen: a non-loopback admin listener requires server.admin_token_file"]
+        "server.admin_listen: a non-loopback admin listener requires server.admin_token_file"
+    ]
     validate_document(with_changes(server={"admin_listen": "0.0.0.0:9099", "admin_token_file": "t"}))
     assert problems_of(with_changes(server={"listen": "8080"}))[0].startswith("server.listen")
 
 
 def test_legacy_document_expands_with_a_deprecation_warning() -> None:
-    loaded = validate_document({"legacy_mcp_gateway": {"listen": "127.0.0.1:7000", "servers": [
-        {"name": "docs", "url": "http://docs.internal/mcp", "token_env": "DOCS_TOKEN"}]}})
+    loaded = validate_document(
+        {
+            "legacy_mcp_gateway": {
+                "listen": "127.0.0.1:7000",
+                "servers": [{"name": "docs", "url": "http://docs.internal/mcp", "token_env": "DOCS_TOKEN"}],
+            }
+        }
+    )
     config = loaded.config
     assert config.server.listen == "127.0.0.1:7000"
     assert config.destinations["docs"].kind == "mcp" and config.vaults[0].env_var == "DOCS_TOKEN"
@@ -235,13 +329,15 @@ def test_legacy_document_expands_with_a_deprecation_warning() -> None:
 
 def test_legacy_is_exclusive() -> None:
     assert problems_of({"legacy_mcp_gateway": {"servers": []}, "routes": []}) == [
-        "legacy_mcp_gateway: mutually exclusive with every other top-level key (found: routes)"]
+        "legacy_mcp_gateway: mutually exclusive with every other top-level key (found: routes)"
+    ]
     assert "nonempty `servers`" in problems_of({"legacy_mcp_gateway": {"servers": []}})[0]
 
 
 def test_yaml_file_paths_are_relative_to_the_file(tmp_path: Path) -> None:
-    (tmp_path / "gw.yaml").write_text(yaml.safe_dump(with_changes(
-        vaults=[{"name": "v", "resolver": "static_file", "file": "secrets.yaml"}])))
+    (tmp_path / "gw.yaml").write_text(
+        yaml.safe_dump(with_changes(vaults=[{"name": "v", "resolver": "static_file", "file": "secrets.yaml"}]))
+    )
     loaded = load_config_file(str(tmp_path / "gw.yaml"))
     assert loaded.config.vaults[0].file == str(tmp_path / "secrets.yaml")
     assert live_problems(loaded.config)[0].startswith("vaults[0].file: cannot read vault file")
@@ -258,13 +354,20 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                          serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return directory / "cert.pem", directory / "key.pem"
 
 
@@ -276,17 +379,30 @@ def test_live_validation_of_files_keys_and_vaults(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("VAULT__E__E", "sk")
     document = with_changes(
         server={"tls": {"cert": str(cert), "key": str(key)}},
-        identity={"validators": [
-            {"name": "k", "kind": "api_key", "keys_file": "keys.yaml"},
-            {"name": "j", "kind": "jwt", "static_public_key_pem": "bad.pem", "insecure_allow_any_issuer": True,
-             "insecure_allow_any_audience": True}]},
+        identity={
+            "validators": [
+                {"name": "k", "kind": "api_key", "keys_file": "keys.yaml"},
+                {
+                    "name": "j",
+                    "kind": "jwt",
+                    "static_public_key_pem": "bad.pem",
+                    "insecure_allow_any_issuer": True,
+                    "insecure_allow_any_audience": True,
+                },
+            ]
+        },
         vaults=[{"name": "e", "resolver": "env"}, {"name": "f", "resolver": "static_file", "file": "vault.yaml"}],
-        destinations={"a": {"kind": "vendor_a", "credentials": {"vault": "e"}},
-                      "b": {"kind": "vendor_b", "credentials": {"vault": "f", "credential_id": "mine"}}},
-        routes=[])
+        destinations={
+            "a": {"kind": "vendor_a", "credentials": {"vault": "e"}},
+            "b": {"kind": "vendor_b", "credentials": {"vault": "f", "credential_id": "mine"}},
+        },
+        routes=[],
+    )
     config: GatewayConfig = validate_document(document, base_dir=str(tmp_path)).config
     problems = live_problems(config)
     assert [problem.split(":")[0] for problem in problems] == [
-        "identity.validators[0].keys_file", "identity.validators[1].static_public_key_pem",
-        "destinations.b.credentials"]
+        "identity.validators[0].keys_file",
+        "identity.validators[1].static_public_key_pem",
+        "destinations.b.credentials",
+    ]
     assert "keys[0].sha256 must be a hex SHA-256 digest" in problems[0]

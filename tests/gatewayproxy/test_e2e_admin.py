@@ -19,9 +19,15 @@ pytestmark = pytest.mark.e2e
 def document(provider: FakeProvider, **extra: Any) -> dict[str, Any]:
     return {
         "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"one": {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"},
-                                 "model_map": {"small": "provider-small"},
-                                 "pricing": {"input_per_1m": 1.5, "output_per_1m": 2.0}}},
+        "destinations": {
+            "one": {
+                "kind": "vendor_a",
+                "base_url": f"{provider.url}/v1",
+                "credentials": {"vault": "v"},
+                "model_map": {"small": "provider-small"},
+                "pricing": {"input_per_1m": 1.5, "output_per_1m": 2.0},
+            }
+        },
         "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
         "guardrail_state": {"kind": "redis", "url": "redis://user:hunter2@127.0.0.1:6379/0", "misspeled": 1},
         **extra,
@@ -44,8 +50,13 @@ def test_health_and_readiness(gateway: GatewayThread) -> None:
 def test_metrics_exposition(gateway: GatewayThread) -> None:
     httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "small", "messages": []})
     text = httpx.get(f"{gateway.admin_url}/metrics").text
-    for name in ("gateway_requests_total", "gateway_request_duration_seconds_bucket", "gateway_overhead_seconds",
-                 "gateway_upstream_attempts_total", "gateway_in_flight_requests"):
+    for name in (
+        "gateway_requests_total",
+        "gateway_request_duration_seconds_bucket",
+        "gateway_overhead_seconds",
+        "gateway_upstream_attempts_total",
+        "gateway_in_flight_requests",
+    ):
         assert name in text
     assert 'gateway_requests_total{route="all",status="200"}' in text
 
@@ -66,30 +77,37 @@ def test_destinations_routes_plugins(gateway: GatewayThread) -> None:
     assert httpx.get(f"{gateway.admin_url}/admin/v1/health/plugins").json()["total"] == 0
 
 
-@pytest.mark.parametrize(("method", "path", "status", "code"), [
-    ("POST", "/admin/v1/plugins", 503, "wasm_plugins_disabled"),
-    ("GET", "/admin/v1/pricing/resolve?provider=vendor_a&model=small", 503, "pricing_unavailable"),
-    ("GET", "/admin/v1/spend/usage", 503, "usage_query_unavailable"),
-    ("GET", "/admin/v1/guardrails/effective?session_id=s", 503, "guardrails_unavailable"),
-    ("PUT", "/admin/v1/destinations/one", 409, "config_read_only"),
-    ("DELETE", "/admin/v1/routes/all", 409, "config_read_only"),
-    ("PUT", "/admin/v1/config/plugins/x", 409, "config_read_only"),
-    ("GET", "/admin/v1/nothing", 404, "not_found"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("POST", "/admin/v1/plugins", 503, "wasm_plugins_disabled"),
+        ("GET", "/admin/v1/pricing/resolve?provider=vendor_a&model=small", 503, "pricing_unavailable"),
+        ("GET", "/admin/v1/spend/usage", 503, "usage_query_unavailable"),
+        ("GET", "/admin/v1/guardrails/effective?session_id=s", 503, "guardrails_unavailable"),
+        ("PUT", "/admin/v1/destinations/one", 409, "config_read_only"),
+        ("DELETE", "/admin/v1/routes/all", 409, "config_read_only"),
+        ("PUT", "/admin/v1/config/plugins/x", 409, "config_read_only"),
+        ("GET", "/admin/v1/nothing", 404, "not_found"),
+    ],
+)
 def test_admin_error_codes(gateway: GatewayThread, method: str, path: str, status: int, code: str) -> None:
     response = httpx.request(method, f"{gateway.admin_url}{path}", json={})
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
 
 
-def test_validate_accepts_a_good_document_and_lists_every_problem(gateway: GatewayThread,
-                                                                   primary: FakeProvider) -> None:
+def test_validate_accepts_a_good_document_and_lists_every_problem(
+    gateway: GatewayThread, primary: FakeProvider
+) -> None:
     good = httpx.post(f"{gateway.admin_url}/admin/v1/config/validate", json=document(primary))
     assert good.json() == {"valid": True}
     bad = document(primary, surprise=1)
     bad["routes"][0]["strategy"]["targets"][0]["destination"] = "missing"
-    response = httpx.post(f"{gateway.admin_url}/admin/v1/config/validate", content=yaml.safe_dump(bad),
-                          headers={"content-type": "application/yaml"})
+    response = httpx.post(
+        f"{gateway.admin_url}/admin/v1/config/validate",
+        content=yaml.safe_dump(bad),
+        headers={"content-type": "application/yaml"},
+    )
     assert response.status_code == 400
     assert response.json()["error"]["problems"] == ["surprise: unknown key"]
 
@@ -100,14 +118,16 @@ def test_validate_runs_live_checks(gateway: GatewayThread, primary: FakeProvider
     response = httpx.post(f"{gateway.admin_url}/admin/v1/config/validate", json=candidate)
     assert response.status_code == 400
     assert response.json()["error"]["problems"] == [
-        "destinations.one.credentials: environment variable GATEWAY_TEST_UNSET_VARIABLE is not set"]
+        "destinations.one.credentials: environment variable GATEWAY_TEST_UNSET_VARIABLE is not set"
+    ]
 
 
 def test_pricing_resolves_with_a_cost_model(primary: FakeProvider) -> None:
     running = GatewayThread(document(primary, plugins={"cost_model": {"name": "c", "kind": "static_table"}})).start()
     try:
-        response = httpx.get(f"{running.admin_url}/admin/v1/pricing/resolve",
-                             params={"provider": "vendor_a", "model": "small"})
+        response = httpx.get(
+            f"{running.admin_url}/admin/v1/pricing/resolve", params={"provider": "vendor_a", "model": "small"}
+        )
         health = httpx.get(f"{running.admin_url}/admin/v1/health/plugins").json()
     finally:
         running.stop()
@@ -117,8 +137,9 @@ def test_pricing_resolves_with_a_cost_model(primary: FakeProvider) -> None:
 
 def test_admin_token_guards_every_admin_request(primary: FakeProvider, tmp_path: Any) -> None:
     (tmp_path / "admin.token").write_text("s3cret\n")
-    running = GatewayThread(document(primary, server={"admin_token_file": "admin.token"}),
-                            base_dir=str(tmp_path)).start()
+    running = GatewayThread(
+        document(primary, server={"admin_token_file": "admin.token"}), base_dir=str(tmp_path)
+    ).start()
     try:
         refused = httpx.get(f"{running.admin_url}/healthz")
         allowed = httpx.get(f"{running.admin_url}/healthz", headers={"authorization": "Bearer s3cret"})

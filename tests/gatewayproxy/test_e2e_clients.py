@@ -14,11 +14,19 @@ from tests.gatewayproxy.fake_provider import TOOL_ARGUMENTS, FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 
 pytestmark = pytest.mark.e2e
-WEATHER_TOOL_A: Any = {"type": "function", "function": {"name": "weather", "description": "Weather of a city",
-                                                    "parameters": {"type": "object",
-                                                                   "properties": {"city": {"type": "string"}}}}}
-WEATHER_TOOL_B: Any = {"name": "weather", "description": "Weather of a city",
-                  "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+WEATHER_TOOL_A: Any = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+WEATHER_TOOL_B: Any = {
+    "name": "weather",
+    "description": "Weather of a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,17 +35,29 @@ def gateway(primary: FakeProvider, secondary: FakeProvider, monkeypatch_module: 
     document = {
         "vaults": [{"name": "keys", "resolver": "env"}],
         "destinations": {
-            "shape_a": {"kind": "vendor_a", "base_url": f"{primary.url}/v1", "credentials": {"vault": "keys",
-                                                                                           "credential_id": "a"}},
-            "shape_b": {"kind": "vendor_b", "base_url": secondary.url, "credentials": {"vault": "keys",
-                                                                                     "credential_id": "b"},
-                        "model_map": {"b-small": "provider-b-small-v1"}},
+            "shape_a": {
+                "kind": "vendor_a",
+                "base_url": f"{primary.url}/v1",
+                "credentials": {"vault": "keys", "credential_id": "a"},
+            },
+            "shape_b": {
+                "kind": "vendor_b",
+                "base_url": secondary.url,
+                "credentials": {"vault": "keys", "credential_id": "b"},
+                "model_map": {"b-small": "provider-b-small-v1"},
+            },
         },
         "routes": [
-            {"name": "to_a", "match": {"model": "a-*"}, "strategy": {"mode": "fallback",
-                                                                     "targets": [{"destination": "shape_a"}]}},
-            {"name": "to_b", "match": {"model": "b-*"}, "strategy": {"mode": "fallback",
-                                                                     "targets": [{"destination": "shape_b"}]}},
+            {
+                "name": "to_a",
+                "match": {"model": "a-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]},
+            },
+            {
+                "name": "to_b",
+                "match": {"model": "b-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]},
+            },
         ],
     }
     running = GatewayThread(document).start()
@@ -56,8 +76,7 @@ def monkeypatch_module() -> Iterator[None]:
 
 
 def test_chat_to_chat_destination_json(gateway: GatewayThread, primary: FakeProvider) -> None:
-    completion = gateway.openai.chat.completions.create(
-        model="a-large", messages=[{"role": "user", "content": "hi"}])
+    completion = gateway.openai.chat.completions.create(model="a-large", messages=[{"role": "user", "content": "hi"}])
     assert completion.choices[0].message.content == "Hello from primary"
     assert completion.usage is not None and completion.usage.prompt_tokens == 11
     sent = primary.received[0]
@@ -66,8 +85,11 @@ def test_chat_to_chat_destination_json(gateway: GatewayThread, primary: FakeProv
 
 
 def test_chat_stream_hides_usage_the_client_did_not_ask_for(gateway: GatewayThread, primary: FakeProvider) -> None:
-    chunks: list[Any] = list(gateway.openai.chat.completions.create(
-        model="a-large", messages=[{"role": "user", "content": "hi"}], stream=True))
+    chunks: list[Any] = list(
+        gateway.openai.chat.completions.create(
+            model="a-large", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text == "Hello from primary"
     assert all(chunk.usage is None for chunk in chunks)
@@ -76,15 +98,21 @@ def test_chat_stream_hides_usage_the_client_did_not_ask_for(gateway: GatewayThre
 
 
 def test_chat_stream_keeps_usage_the_client_asked_for(gateway: GatewayThread) -> None:
-    chunks: list[Any] = list(gateway.openai.chat.completions.create(
-        model="a-large", messages=[{"role": "user", "content": "hi"}], stream=True,
-        stream_options={"include_usage": True}))
+    chunks: list[Any] = list(
+        gateway.openai.chat.completions.create(
+            model="a-large",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
 
 
 def test_messages_to_messages_destination_json(gateway: GatewayThread, secondary: FakeProvider) -> None:
     message = gateway.anthropic.messages.create(
-        model="b-small", max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+        model="b-small", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    )
     assert message.content[0].type == "text" and message.content[0].text == "Hello from secondary"
     sent = secondary.received[0]
     assert sent.path == "/v1/messages"
@@ -96,7 +124,8 @@ def test_messages_to_messages_destination_json(gateway: GatewayThread, secondary
 
 def test_messages_stream_to_messages_destination(gateway: GatewayThread) -> None:
     with gateway.anthropic.messages.stream(
-            model="b-small", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+        model="b-small", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == "Hello from secondary"
@@ -105,7 +134,8 @@ def test_messages_stream_to_messages_destination(gateway: GatewayThread) -> None
 
 def test_chat_client_on_messages_destination(gateway: GatewayThread, secondary: FakeProvider) -> None:
     completion = gateway.openai.chat.completions.create(
-        model="b-small", messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+        model="b-small", messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    )
     assert completion.choices[0].message.content == "Hello from secondary"
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage is not None and completion.usage.prompt_tokens == 13
@@ -117,7 +147,8 @@ def test_chat_client_on_messages_destination(gateway: GatewayThread, secondary: 
 
 def test_messages_client_on_chat_destination(gateway: GatewayThread, primary: FakeProvider) -> None:
     message = gateway.anthropic.messages.create(
-        model="a-large", max_tokens=64, system="be brief", messages=[{"role": "user", "content": "hi"}])
+        model="a-large", max_tokens=64, system="be brief", messages=[{"role": "user", "content": "hi"}]
+    )
     assert message.content[0].type == "text" and message.content[0].text == "Hello from primary"
     assert message.stop_reason == "end_turn"
     assert message.usage.input_tokens == 11
@@ -125,9 +156,14 @@ def test_messages_client_on_chat_destination(gateway: GatewayThread, primary: Fa
 
 
 def test_chat_stream_from_messages_destination(gateway: GatewayThread) -> None:
-    chunks: list[Any] = list(gateway.openai.chat.completions.create(
-        model="b-small", messages=[{"role": "user", "content": "hi"}], stream=True,
-        stream_options={"include_usage": True}))
+    chunks: list[Any] = list(
+        gateway.openai.chat.completions.create(
+            model="b-small",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text == "Hello from secondary"
     finishes = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
@@ -137,7 +173,8 @@ def test_chat_stream_from_messages_destination(gateway: GatewayThread) -> None:
 
 def test_messages_stream_from_chat_destination(gateway: GatewayThread) -> None:
     with gateway.anthropic.messages.stream(
-            model="a-large", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+        model="a-large", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == "Hello from primary"
@@ -148,7 +185,8 @@ def test_messages_stream_from_chat_destination(gateway: GatewayThread) -> None:
 @pytest.mark.parametrize("model", ["a-large", "b-small"])
 def test_tool_call_from_chat_client(gateway: GatewayThread, model: str) -> None:
     completion = gateway.openai.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "weather in Paris?"}], tools=[WEATHER_TOOL_A])
+        model=model, messages=[{"role": "user", "content": "weather in Paris?"}], tools=[WEATHER_TOOL_A]
+    )
     call: Any = completion.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert completion.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "weather" and json.loads(call.function.arguments) == TOOL_ARGUMENTS
@@ -156,8 +194,11 @@ def test_tool_call_from_chat_client(gateway: GatewayThread, model: str) -> None:
 
 @pytest.mark.parametrize("model", ["a-large", "b-small"])
 def test_tool_call_stream_from_chat_client(gateway: GatewayThread, model: str) -> None:
-    chunks: list[Any] = list(gateway.openai.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER_TOOL_A], stream=True))
+    chunks: list[Any] = list(
+        gateway.openai.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER_TOOL_A], stream=True
+        )
+    )
     calls = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
     assert calls[0].function is not None and calls[0].function.name == "weather"
     arguments = "".join(call.function.arguments or "" for call in calls if call.function)
@@ -168,7 +209,8 @@ def test_tool_call_stream_from_chat_client(gateway: GatewayThread, model: str) -
 @pytest.mark.parametrize("model", ["a-large", "b-small"])
 def test_tool_use_from_messages_client(gateway: GatewayThread, model: str) -> None:
     message = gateway.anthropic.messages.create(
-        model=model, max_tokens=64, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER_TOOL_B])
+        model=model, max_tokens=64, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER_TOOL_B]
+    )
     block = message.content[0]
     assert message.stop_reason == "tool_use"
     assert block.type == "tool_use" and block.name == "weather" and block.input == TOOL_ARGUMENTS
@@ -177,8 +219,8 @@ def test_tool_use_from_messages_client(gateway: GatewayThread, model: str) -> No
 @pytest.mark.parametrize("model", ["a-large", "b-small"])
 def test_tool_use_stream_from_messages_client(gateway: GatewayThread, model: str) -> None:
     with gateway.anthropic.messages.stream(
-            model=model, max_tokens=64, messages=[{"role": "user", "content": "weather?"}],
-            tools=[WEATHER_TOOL_B]) as stream:
+        model=model, max_tokens=64, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER_TOOL_B]
+    ) as stream:
         final = stream.get_final_message()
     block = final.content[0]
     assert final.stop_reason == "tool_use"
@@ -186,16 +228,33 @@ def test_tool_use_stream_from_messages_client(gateway: GatewayThread, model: str
 
 
 def test_tool_results_translate_to_messages_shape(gateway: GatewayThread, secondary: FakeProvider) -> None:
-    gateway.openai.chat.completions.create(model="b-small", messages=[
-        {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_9", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]},
-        {"role": "tool", "tool_call_id": "call_9", "content": "cold"}])
+    gateway.openai.chat.completions.create(
+        model="b-small",
+        messages=[
+            {"role": "user", "content": "weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_9",
+                        "type": "function",
+                        "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_9", "content": "cold"},
+        ],
+    )
     messages = secondary.received[0].body["messages"]
-    assert messages[1] == {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "call_9", "name": "weather", "input": {"city": "Oslo"}}]}
-    assert messages[2] == {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "call_9", "content": "cold"}]}
+    assert messages[1] == {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "call_9", "name": "weather", "input": {"city": "Oslo"}}],
+    }
+    assert messages[2] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "call_9", "content": "cold"}],
+    }
 
 
 def test_embeddings(gateway: GatewayThread, primary: FakeProvider) -> None:
@@ -234,7 +293,6 @@ def test_unknown_model_is_no_route_in_each_protocol(gateway: GatewayThread) -> N
         gateway.openai.chat.completions.create(model="zzz", messages=[{"role": "user", "content": "hi"}])
     assert from_a.value.code == "no_route"
     with pytest.raises(anthropic.NotFoundError) as from_b:
-        gateway.anthropic.messages.create(model="zzz", max_tokens=5,
-                                                  messages=[{"role": "user", "content": "hi"}])
+        gateway.anthropic.messages.create(model="zzz", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert from_b.value.body["error"]["code"] == "no_route"  # type: ignore[index]
     assert from_b.value.body["type"] == "error"  # type: ignore[index]

@@ -24,34 +24,61 @@ ACCESS_KEY, SECRET_KEY = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKE
 @pytest.fixture(scope="module")
 def gateway(primary: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
     directory = tmp_path_factory.mktemp("cloud")
-    (directory / "vault.json").write_text(json.dumps({
-        "aws": {"scheme": "aws_sigv4", "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},
-        "gcp": {"scheme": "bearer", "token": "ya29.token"}, "azure": "azure-key"}))
+    (directory / "vault.json").write_text(
+        json.dumps(
+            {
+                "aws": {"scheme": "aws_sigv4", "access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},
+                "gcp": {"scheme": "bearer", "token": "ya29.token"},
+                "azure": "azure-key",
+            }
+        )
+    )
     document = {
         "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.json"}],
         "destinations": {
-            "bedrock": {"kind": "vendor_d", "region": "us-west-2", "base_url": primary.url,
-                        "credentials": {"vault": "files", "credential_id": "aws"},
-                        "model_map": {"claude": "anthropic.claude-v2:1"}},
-            "vertex": {"kind": "vendor_e", "project": "proj-1", "location": "europe-west1",
-                       "base_url": f"{primary.url}/v1",
-                       "credentials": {"vault": "files", "credential_id": "gcp"}},
-            "azure": {"kind": "cloud_vendor_c", "base_url": primary.url, "deployment": "dep-4o",
-                      "api_version": "2024-10-21", "credentials": {"vault": "files", "credential_id": "azure"}},
+            "bedrock": {
+                "kind": "vendor_d",
+                "region": "us-west-2",
+                "base_url": primary.url,
+                "credentials": {"vault": "files", "credential_id": "aws"},
+                "model_map": {"claude": "anthropic.claude-v2:1"},
+            },
+            "vertex": {
+                "kind": "vendor_e",
+                "project": "proj-1",
+                "location": "europe-west1",
+                "base_url": f"{primary.url}/v1",
+                "credentials": {"vault": "files", "credential_id": "gcp"},
+            },
+            "azure": {
+                "kind": "cloud_vendor_c",
+                "base_url": primary.url,
+                "deployment": "dep-4o",
+                "api_version": "2024-10-21",
+                "credentials": {"vault": "files", "credential_id": "azure"},
+            },
         },
         "routes": [
-            {"name": "d", "match": {"model": "claude"}, "strategy": {"mode": "fallback",
-                                                                     "targets": [{"destination": "bedrock"}]}},
-            {"name": "e", "match": {"model": "vx-*"}, "strategy": {"mode": "fallback",
-                                                                   "targets": [{"destination": "vertex"}]}},
-            {"name": "c", "match": {"model": "az-*"}, "strategy": {"mode": "fallback",
-                                                                   "targets": [{"destination": "azure"}]}},
+            {
+                "name": "d",
+                "match": {"model": "claude"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "bedrock"}]},
+            },
+            {
+                "name": "e",
+                "match": {"model": "vx-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "vertex"}]},
+            },
+            {
+                "name": "c",
+                "match": {"model": "az-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "azure"}]},
+            },
         ],
     }
     running = GatewayThread(document, base_dir=str(directory)).start()
     yield running
     running.stop()
-
 
 
 def test_vendor_d_request_is_sigv4_signed(gateway: GatewayThread, primary: FakeProvider) -> None:
@@ -60,13 +87,18 @@ def test_vendor_d_request_is_sigv4_signed(gateway: GatewayThread, primary: FakeP
     sent = primary.received[0]
     assert sent.path == "/model/anthropic.claude-v2%3A1/invoke"
     assert sent.body["anthropic_version"] == "bedrock-2023-05-31" and "model" not in sent.body
-    match = re.fullmatch(r"AWS4-HMAC-SHA256 Credential=(\S+), SignedHeaders=(\S+), Signature=(\w+)",
-                         sent.headers["authorization"])
+    match = re.fullmatch(
+        r"AWS4-HMAC-SHA256 Credential=(\S+), SignedHeaders=(\S+), Signature=(\w+)", sent.headers["authorization"]
+    )
     assert match is not None
     assert match.group(1).startswith(ACCESS_KEY + "/") and match.group(1).endswith("/us-west-2/bedrock/aws4_request")
     signed = match.group(2).split(";")
-    request = AWSRequest(method="POST", url=f"{primary.url}{sent.path}", data=sent.raw_body,
-                         headers={name: sent.headers[name] for name in signed})
+    request = AWSRequest(
+        method="POST",
+        url=f"{primary.url}{sent.path}",
+        data=sent.raw_body,
+        headers={name: sent.headers[name] for name in signed},
+    )
     request.context["timestamp"] = sent.headers["x-amz-date"]
     auth = SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "bedrock", "us-west-2")
     expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
@@ -77,8 +109,7 @@ def test_vendor_d_binary_stream_reaches_both_client_shapes(gateway: GatewayThrea
     with gateway.anthropic.messages.stream(model="claude", max_tokens=10, messages=HI) as stream:
         assert "".join(stream.text_stream) == "Hello from primary"
     assert primary.received[0].path.endswith("/invoke-with-response-stream")
-    chunks: list[Any] = list(gateway.openai.chat.completions.create(
-        model="claude", messages=HI, stream=True))  # type: ignore[arg-type]
+    chunks: list[Any] = list(gateway.openai.chat.completions.create(model="claude", messages=HI, stream=True))  # type: ignore[arg-type]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello from primary"
 
 
@@ -88,8 +119,7 @@ def test_vendor_e_paths_and_bearer(gateway: GatewayThread, primary: FakeProvider
     with gateway.anthropic.messages.stream(model="vx-sonnet", max_tokens=10, messages=HI) as stream:
         assert "".join(stream.text_stream) == "Hello from primary"
     first, second = primary.received
-    assert first.path == ("/v1/projects/proj-1/locations/europe-west1/publishers/anthropic/models/vx-sonnet"
-                          ":rawPredict")
+    assert first.path == ("/v1/projects/proj-1/locations/europe-west1/publishers/anthropic/models/vx-sonnet:rawPredict")
     assert second.path.endswith(":streamRawPredict") and second.body["stream"] is True
     assert first.headers["authorization"] == "Bearer ya29.token"
     assert first.body["anthropic_version"] == "vertex-2023-10-16" and "model" not in first.body

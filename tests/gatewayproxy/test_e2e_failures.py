@@ -33,26 +33,78 @@ def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayT
             "second": {"kind": "vendor_b", "base_url": secondary.url, "credentials": {"vault": vault}},
         },
         "routes": [
-            _route("fallback", "fb", {"mode": "fallback", "targets": [{"destination": "first"},
-                                                                      {"destination": "second"}]}),
-            _route("retry", "rt", {"mode": "fallback", "targets": [{"destination": "first"}],
-                                   "retry": {"triggers": ["http_5xx", "429"], "max_attempts": 3, "backoff_ms": 1}}),
+            _route(
+                "fallback", "fb", {"mode": "fallback", "targets": [{"destination": "first"}, {"destination": "second"}]}
+            ),
+            _route(
+                "retry",
+                "rt",
+                {
+                    "mode": "fallback",
+                    "targets": [{"destination": "first"}],
+                    "retry": {"triggers": ["http_5xx", "429"], "max_attempts": 3, "backoff_ms": 1},
+                },
+            ),
             _route("no-retry", "nr", {"mode": "fallback", "targets": [{"destination": "first"}]}),
-            _route("timeout", "to", {"mode": "fallback", "timeout_ms": 300,
-                                     "targets": [{"destination": "first"}, {"destination": "second"}]}),
-            _route("unsafe", "us", {"mode": "fallback", "targets": [{"destination": "first"},
-                                                                    {"destination": "second"}],
-                                    "retry": {"triggers": ["5xx"], "max_attempts": 3}}, idempotency_safe=False),
-            _route("balanced", "lb", {"mode": "loadbalance", "targets": [
-                {"destination": "first", "weight": 75}, {"destination": "second", "weight": 25}]}),
-            _route("excluded", "lx", {"mode": "loadbalance", "targets": [
-                {"destination": "first", "weight": 0}, {"destination": "second", "weight": 100}]}),
-            {"name": "conditional", "match": {"model": "cd-*"}, "strategy": {
-                "mode": "conditional", "conditions": [{"if": {"header.x-tier": "gold"}, "target": "second"}],
-                "default": "first"}},
-            _route("shaped", "sp", {"mode": "fallback", "targets": [{
-                "destination": "first", "default_params": {"temperature": 0.5, "seed": 1},
-                "override_params": {"max_tokens": 10}, "drop_params": ["user"]}]}),
+            _route(
+                "timeout",
+                "to",
+                {
+                    "mode": "fallback",
+                    "timeout_ms": 300,
+                    "targets": [{"destination": "first"}, {"destination": "second"}],
+                },
+            ),
+            _route(
+                "unsafe",
+                "us",
+                {
+                    "mode": "fallback",
+                    "targets": [{"destination": "first"}, {"destination": "second"}],
+                    "retry": {"triggers": ["5xx"], "max_attempts": 3},
+                },
+                idempotency_safe=False,
+            ),
+            _route(
+                "balanced",
+                "lb",
+                {
+                    "mode": "loadbalance",
+                    "targets": [{"destination": "first", "weight": 75}, {"destination": "second", "weight": 25}],
+                },
+            ),
+            _route(
+                "excluded",
+                "lx",
+                {
+                    "mode": "loadbalance",
+                    "targets": [{"destination": "first", "weight": 0}, {"destination": "second", "weight": 100}],
+                },
+            ),
+            {
+                "name": "conditional",
+                "match": {"model": "cd-*"},
+                "strategy": {
+                    "mode": "conditional",
+                    "conditions": [{"if": {"header.x-tier": "gold"}, "target": "second"}],
+                    "default": "first",
+                },
+            },
+            _route(
+                "shaped",
+                "sp",
+                {
+                    "mode": "fallback",
+                    "targets": [
+                        {
+                            "destination": "first",
+                            "default_params": {"temperature": 0.5, "seed": 1},
+                            "override_params": {"max_tokens": 10},
+                            "drop_params": ["user"],
+                        }
+                    ],
+                },
+            ),
         ],
     }
     running = GatewayThread(document).start()
@@ -65,8 +117,9 @@ def chat(gateway: GatewayThread, model: str, **extra: Any) -> Any:
     return client.chat.completions.create(model=model, messages=HI, **extra)  # type: ignore[arg-type]
 
 
-def test_fallback_moves_to_the_next_target_on_5xx(gateway: GatewayThread, primary: FakeProvider,
-                                                  secondary: FakeProvider) -> None:
+def test_fallback_moves_to_the_next_target_on_5xx(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     primary.reset("500")
     assert chat(gateway, "fb").choices[0].message.content == "Hello from secondary"
     assert len(primary.received) == 1 and len(secondary.received) == 1
@@ -78,8 +131,9 @@ def test_fallback_on_429(gateway: GatewayThread, primary: FakeProvider) -> None:
     assert chat(gateway, "fb").choices[0].message.content == "Hello from secondary"
 
 
-def test_client_errors_pass_back_without_fallback(gateway: GatewayThread, primary: FakeProvider,
-                                                  secondary: FakeProvider) -> None:
+def test_client_errors_pass_back_without_fallback(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     primary.reset("400")
     with pytest.raises(openai.BadRequestError) as raised:
         chat(gateway, "fb")
@@ -87,8 +141,9 @@ def test_client_errors_pass_back_without_fallback(gateway: GatewayThread, primar
     assert secondary.received == []
 
 
-def test_every_target_failing_maps_to_upstream_error(gateway: GatewayThread, primary: FakeProvider,
-                                                     secondary: FakeProvider) -> None:
+def test_every_target_failing_maps_to_upstream_error(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     primary.reset("500")
     secondary.reset("500")
     with pytest.raises(openai.InternalServerError) as raised:
@@ -121,14 +176,14 @@ def test_without_triggers_a_target_gets_one_attempt(gateway: GatewayThread, prim
     assert len(primary.received) == 1
 
 
-def test_timeout_per_attempt_falls_back(gateway: GatewayThread, primary: FakeProvider,
-                                        secondary: FakeProvider) -> None:
+def test_timeout_per_attempt_falls_back(gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider) -> None:
     primary.reset("hang")
     assert chat(gateway, "to").choices[0].message.content == "Hello from secondary"
 
 
-def test_timeout_of_the_last_target_is_504(gateway: GatewayThread, primary: FakeProvider,
-                                           secondary: FakeProvider) -> None:
+def test_timeout_of_the_last_target_is_504(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     primary.reset("hang")
     secondary.reset("hang")
     with pytest.raises(openai.APIStatusError) as raised:
@@ -136,8 +191,9 @@ def test_timeout_of_the_last_target_is_504(gateway: GatewayThread, primary: Fake
     assert raised.value.status_code == 504 and raised.value.code == "upstream_timeout"
 
 
-def test_not_idempotency_safe_means_one_attempt_no_fallback(gateway: GatewayThread, primary: FakeProvider,
-                                                            secondary: FakeProvider) -> None:
+def test_not_idempotency_safe_means_one_attempt_no_fallback(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     primary.reset("500")
     with pytest.raises(openai.InternalServerError):
         chat(gateway, "us")
@@ -147,8 +203,12 @@ def test_not_idempotency_safe_means_one_attempt_no_fallback(gateway: GatewayThre
 def test_loadbalance_follows_weights(gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider) -> None:
     """400 draws at 75/25: the binomial standard deviation is under 9 requests, so 300 +/- 45 is > 5 sigma."""
     with httpx.Client(base_url=gateway.url) as client:
-        served = Counter(client.post("/v1/chat/completions", json={"model": "lb", "messages": HI})
-                         .json()["choices"][0]["message"]["content"] for _ in range(400))
+        served = Counter(
+            client.post("/v1/chat/completions", json={"model": "lb", "messages": HI}).json()["choices"][0]["message"][
+                "content"
+            ]
+            for _ in range(400)
+        )
     assert abs(served["Hello from primary"] - 300) <= 45
     assert served["Hello from primary"] + served["Hello from secondary"] == 400
 
@@ -171,8 +231,9 @@ def test_params_default_override_drop(gateway: GatewayThread, primary: FakeProvi
 
 
 def test_client_cannot_choose_the_upstream(gateway: GatewayThread, primary: FakeProvider) -> None:
-    response = httpx.post(f"{gateway.url}/v1/chat/completions",
-                          json={"model": "fb", "messages": HI, "api_base": "http://evil.example"})
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions", json={"model": "fb", "messages": HI, "api_base": "http://evil.example"}
+    )
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request"
     assert primary.received == []
 
@@ -183,25 +244,28 @@ def test_stream_failure_before_first_byte_falls_back(gateway: GatewayThread, pri
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello from secondary"
 
 
-def test_chat_stream_broken_after_first_byte_ends_with_an_error(gateway: GatewayThread,
-                                                                 primary: FakeProvider) -> None:
+def test_chat_stream_broken_after_first_byte_ends_with_an_error(gateway: GatewayThread, primary: FakeProvider) -> None:
     primary.reset("break_stream")
     with pytest.raises(openai.APIError) as raised:
         list(chat(gateway, "nr", stream=True))
     assert "stream" in raised.value.message
 
 
-def test_messages_stream_broken_after_first_byte_ends_with_an_error_event(gateway: GatewayThread,
-                                                                          secondary: FakeProvider) -> None:
+def test_messages_stream_broken_after_first_byte_ends_with_an_error_event(
+    gateway: GatewayThread, secondary: FakeProvider
+) -> None:
     secondary.reset("break_stream")
-    with httpx.stream("POST", f"{gateway.url}/v1/messages", json={
-            "model": "lx", "max_tokens": 5, "messages": HI, "stream": True}) as response:
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/messages", json={"model": "lx", "max_tokens": 5, "messages": HI, "stream": True}
+    ) as response:
         body = response.read().decode()
     last = body.strip().split("\n\n")[-1]
     assert last.startswith("event: error\n")
     assert json.loads(last.split("data: ", 1)[1])["error"]["code"] == "upstream_error"
     client = gateway.anthropic
     secondary.reset("break_stream")
-    with pytest.raises(anthropic.APIStatusError), client.messages.stream(
-            model="lx", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream:
+    with (
+        pytest.raises(anthropic.APIStatusError),
+        client.messages.stream(model="lx", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream,
+    ):
         list(stream.text_stream)

@@ -19,8 +19,15 @@ CHAT_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 @pytest.fixture(scope="module")
 def gateway(primary: FakeProvider) -> Iterator[GatewayThread]:
     document = {
-        "server": {"limits": {"max_header_bytes": 2048, "max_header_count": 20, "max_body_bytes": 4096,
-                              "header_read_timeout_ms": 400, "idle_timeout_ms": 600}},
+        "server": {
+            "limits": {
+                "max_header_bytes": 2048,
+                "max_header_count": 20,
+                "max_body_bytes": 4096,
+                "header_read_timeout_ms": 400,
+                "idle_timeout_ms": 600,
+            }
+        },
         "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
         "destinations": {"one": {"kind": "vendor_a", "base_url": f"{primary.url}/v1", "credentials": {"vault": "v"}}},
         "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
@@ -51,19 +58,29 @@ def exchange(gateway: GatewayThread, raw: bytes) -> bytes:
 
 
 def chat_request(extra_headers: bytes = b"", body: bytes = CHAT_BODY) -> bytes:
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n" + extra_headers
-            + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        + extra_headers
+        + b"Content-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
 
 
-@pytest.mark.parametrize("raw", [
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-    b"0\r\n\r\n",
-    b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
-    b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Folded: a\r\n b\r\n\r\n",
-    b"NOT HTTP AT ALL\r\n\r\n",
-], ids=["conflicting-length", "duplicate-length", "length-and-chunked", "bad-chunk", "obs-fold", "garbage"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Folded: a\r\n b\r\n\r\n",
+        b"NOT HTTP AT ALL\r\n\r\n",
+    ],
+    ids=["conflicting-length", "duplicate-length", "length-and-chunked", "bad-chunk", "obs-fold", "garbage"],
+)
 def test_malformed_requests_get_400_and_close(gateway: GatewayThread, raw: bytes) -> None:
     response = exchange(gateway, raw)
     assert response.startswith(b"HTTP/1.1 400 ")
@@ -91,8 +108,11 @@ def test_declared_oversized_body_gets_413_before_it_is_sent(gateway: GatewayThre
 
 def test_chunked_body_over_the_limit_gets_413(gateway: GatewayThread) -> None:
     chunk = b"a" * 3000
-    raw = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
-           + (b"%x\r\n" % len(chunk) + chunk + b"\r\n") * 2 + b"0\r\n\r\n")
+    raw = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + (b"%x\r\n" % len(chunk) + chunk + b"\r\n") * 2
+        + b"0\r\n\r\n"
+    )
     assert exchange(gateway, raw).startswith(b"HTTP/1.1 413 ")
 
 
@@ -142,21 +162,24 @@ def test_idle_connection_is_closed(gateway: GatewayThread) -> None:
 
 def test_unknown_path_and_wrong_method(gateway: GatewayThread) -> None:
     assert exchange(gateway, b"GET /nope HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n").startswith(
-        b"HTTP/1.1 404 ")
+        b"HTTP/1.1 404 "
+    )
     response = exchange(gateway, b"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
     assert response.startswith(b"HTTP/1.1 405 ")
 
 
 def test_agent_sessions_are_not_implemented(gateway: GatewayThread) -> None:
     for path in (b"/v1/agent/sessions", b"/v1/agent/sessions/s1/steps"):
-        response = exchange(gateway, b"POST " + path + b" HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
-                                                       b"Content-Length: 2\r\n\r\n{}")
+        response = exchange(
+            gateway, b"POST " + path + b" HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+        )
         assert response.startswith(b"HTTP/1.1 501 ") and b'"code":"not_implemented"' in response
 
 
 def test_invalid_json_is_400_in_the_path_protocol(gateway: GatewayThread) -> None:
-    response = exchange(gateway, b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
-                                 b"Content-Length: 3\r\n\r\n{x}")
+    response = exchange(
+        gateway, b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 3\r\n\r\n{x}"
+    )
     assert response.startswith(b"HTTP/1.1 400 ") and b'"type":"error"' in response
 
 

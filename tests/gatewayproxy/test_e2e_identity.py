@@ -44,32 +44,76 @@ def token(key: rsa.RSAPrivateKey, kid: str | None, **claims: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def identity_gateway(tmp_path_factory: pytest.TempPathFactory, primary: FakeProvider, secondary: FakeProvider,
-                     keys: dict[str, rsa.RSAPrivateKey]) -> Iterator[GatewayThread]:
+def identity_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+    primary: FakeProvider,
+    secondary: FakeProvider,
+    keys: dict[str, rsa.RSAPrivateKey],
+) -> Iterator[GatewayThread]:
     directory = tmp_path_factory.mktemp("identity")
-    (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": [
-        {"sha256": hashlib.sha256(b"key-team-red").hexdigest(), "principal": "svc-red", "scope": {"team": "red"}},
-        {"sha256": hashlib.sha256(b"key-no-team").hexdigest(), "principal": "svc-plain"}]}))
-    pem = keys["static"].public_key().public_bytes(serialization.Encoding.PEM,
-                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+    (directory / "keys.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "keys": [
+                    {
+                        "sha256": hashlib.sha256(b"key-team-red").hexdigest(),
+                        "principal": "svc-red",
+                        "scope": {"team": "red"},
+                    },
+                    {"sha256": hashlib.sha256(b"key-no-team").hexdigest(), "principal": "svc-plain"},
+                ]
+            }
+        )
+    )
+    pem = (
+        keys["static"]
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     (directory / "static.pem").write_bytes(pem)
     (directory / "vault.yaml").write_text(yaml.safe_dump({"provider": {"scheme": "bearer", "token": "sk-provider"}}))
     document = {
-        "identity": {"scope_dims": ["team", "tier"], "validators": [
-            {"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"},
-            {"name": "idp", "kind": "jwt", "issuers": [ISSUER], "audiences": [AUDIENCE],
-             "jwks_url": f"{secondary.url}/jwks", "scope_from": {"jwt_claims": {"org_team": "team"}}},
-            {"name": "static", "kind": "jwt", "static_public_key_pem": "static.pem",
-             "insecure_allow_any_issuer": True, "insecure_allow_any_audience": True}]},
+        "identity": {
+            "scope_dims": ["team", "tier"],
+            "validators": [
+                {"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"},
+                {
+                    "name": "idp",
+                    "kind": "jwt",
+                    "issuers": [ISSUER],
+                    "audiences": [AUDIENCE],
+                    "jwks_url": f"{secondary.url}/jwks",
+                    "scope_from": {"jwt_claims": {"org_team": "team"}},
+                },
+                {
+                    "name": "static",
+                    "kind": "jwt",
+                    "static_public_key_pem": "static.pem",
+                    "insecure_allow_any_issuer": True,
+                    "insecure_allow_any_audience": True,
+                },
+            ],
+        },
         "spend": {"trusted_header_dims": ["tier"]},
         "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.yaml"}],
-        "destinations": {"one": {"kind": "vendor_a", "base_url": f"{primary.url}/v1",
-                                 "credentials": {"vault": "files", "credential_id": "provider"}}},
+        "destinations": {
+            "one": {
+                "kind": "vendor_a",
+                "base_url": f"{primary.url}/v1",
+                "credentials": {"vault": "files", "credential_id": "provider"},
+            }
+        },
         "routes": [
-            {"name": "red", "match": {"scope": {"team": "red"}}, "strategy": {
-                "mode": "fallback", "targets": [{"destination": "one", "override_params": {"seed": 7}}]}},
-            {"name": "gold", "match": {"scope": {"tier": "gold"}}, "strategy": {
-                "mode": "fallback", "targets": [{"destination": "one", "override_params": {"seed": 9}}]}},
+            {
+                "name": "red",
+                "match": {"scope": {"team": "red"}},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "one", "override_params": {"seed": 7}}]},
+            },
+            {
+                "name": "gold",
+                "match": {"scope": {"tier": "gold"}},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "one", "override_params": {"seed": 9}}]},
+            },
             {"name": "any", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}},
         ],
     }
@@ -87,13 +131,15 @@ def test_missing_or_wrong_credentials_are_401(identity_gateway: GatewayThread) -
     for credential in (None, "wrong"):
         response = post(identity_gateway, credential)
         assert response.status_code == 401 and response.json()["error"]["code"] == "unauthenticated"
-    response = httpx.post(f"{identity_gateway.url}/v1/messages", json={"model": "m", "max_tokens": 1, "messages": HI},
-                          headers={"x-api-key": "key-team-red"})
+    response = httpx.post(
+        f"{identity_gateway.url}/v1/messages",
+        json={"model": "m", "max_tokens": 1, "messages": HI},
+        headers={"x-api-key": "key-team-red"},
+    )
     assert response.status_code == 401 and response.json()["type"] == "error"
 
 
-def test_api_key_scope_picks_the_most_specific_route(identity_gateway: GatewayThread,
-                                                     primary: FakeProvider) -> None:
+def test_api_key_scope_picks_the_most_specific_route(identity_gateway: GatewayThread, primary: FakeProvider) -> None:
     assert post(identity_gateway, "key-team-red").status_code == 200
     assert primary.received[0].body["seed"] == 7
     assert primary.received[0].headers["authorization"] == "Bearer sk-provider"
@@ -102,7 +148,8 @@ def test_api_key_scope_picks_the_most_specific_route(identity_gateway: GatewayTh
 
 
 def test_jwks_keys_are_fetched_cached_and_refetched_for_a_new_kid(
-        identity_gateway: GatewayThread, secondary: FakeProvider, keys: dict[str, rsa.RSAPrivateKey]) -> None:
+    identity_gateway: GatewayThread, secondary: FakeProvider, keys: dict[str, rsa.RSAPrivateKey]
+) -> None:
     secondary.documents["/jwks"] = {"keys": [_jwk("jwks-1", keys["jwks-1"])]}
     assert post(identity_gateway, token(keys["jwks-1"], "jwks-1")).status_code == 200
     assert post(identity_gateway, token(keys["jwks-1"], "jwks-1")).status_code == 200
@@ -115,28 +162,32 @@ def test_jwks_keys_are_fetched_cached_and_refetched_for_a_new_kid(
     assert len([r for r in secondary.received if r.path == "/jwks"]) == 2
 
 
-def test_jwt_claims_map_to_scope(identity_gateway: GatewayThread, primary: FakeProvider,
-                                 secondary: FakeProvider, keys: dict[str, rsa.RSAPrivateKey]) -> None:
+def test_jwt_claims_map_to_scope(
+    identity_gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider, keys: dict[str, rsa.RSAPrivateKey]
+) -> None:
     secondary.documents["/jwks"] = {"keys": [_jwk("jwks-1", keys["jwks-1"])]}
     assert post(identity_gateway, token(keys["jwks-1"], "jwks-1", org_team="red")).status_code == 200
     assert primary.received[0].body["seed"] == 7
 
 
-def test_jwt_with_wrong_audience_or_expired_is_refused(identity_gateway: GatewayThread, secondary: FakeProvider,
-                                                       keys: dict[str, rsa.RSAPrivateKey]) -> None:
+def test_jwt_with_wrong_audience_or_expired_is_refused(
+    identity_gateway: GatewayThread, secondary: FakeProvider, keys: dict[str, rsa.RSAPrivateKey]
+) -> None:
     secondary.documents["/jwks"] = {"keys": [_jwk("jwks-1", keys["jwks-1"])]}
     assert post(identity_gateway, token(keys["jwks-1"], "jwks-1", aud="other")).status_code == 401
     assert post(identity_gateway, token(keys["jwks-1"], "jwks-1", exp=int(time.time()) - 60)).status_code == 401
 
 
-def test_static_pem_validator_accepts_any_issuer_when_flagged(identity_gateway: GatewayThread,
-                                                              keys: dict[str, rsa.RSAPrivateKey]) -> None:
+def test_static_pem_validator_accepts_any_issuer_when_flagged(
+    identity_gateway: GatewayThread, keys: dict[str, rsa.RSAPrivateKey]
+) -> None:
     assert post(identity_gateway, token(keys["static"], None, iss="anyone", aud="anything")).status_code == 200
     assert post(identity_gateway, token(_private_key(), None)).status_code == 401
 
 
-def test_trusted_scope_header_counts_only_without_a_verified_value(identity_gateway: GatewayThread,
-                                                                   primary: FakeProvider) -> None:
+def test_trusted_scope_header_counts_only_without_a_verified_value(
+    identity_gateway: GatewayThread, primary: FakeProvider
+) -> None:
     assert post(identity_gateway, "key-no-team", {"x-scope-tier": "gold"}).status_code == 200
     assert primary.received[0].body["seed"] == 9
     assert post(identity_gateway, "key-no-team", {"x-scope-team": "red"}).status_code == 200

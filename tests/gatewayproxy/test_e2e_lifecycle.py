@@ -40,8 +40,11 @@ def write_config(directory: Path, document: dict[str, Any]) -> Path:
 
 def base_document(provider: FakeProvider) -> dict[str, Any]:
     return {
-        "server": {"listen": f"127.0.0.1:{free_port()}", "admin_listen": f"127.0.0.1:{free_port()}",
-                   "limits": {"drain_timeout_ms": 5000}},
+        "server": {
+            "listen": f"127.0.0.1:{free_port()}",
+            "admin_listen": f"127.0.0.1:{free_port()}",
+            "limits": {"drain_timeout_ms": 5000},
+        },
         "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
         "destinations": {"one": {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"}}},
         "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
@@ -49,13 +52,19 @@ def base_document(provider: FakeProvider) -> dict[str, Any]:
 
 
 def rungateway(config: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "manage.py", "rungateway", "--config", str(config), *extra],
-                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "rungateway", "--config", str(config), *extra],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.fixture
-def started(tmp_path: Path, primary: FakeProvider, request: pytest.FixtureRequest) -> Iterator[
-        tuple[subprocess.Popen[str], dict[str, Any]]]:
+def started(
+    tmp_path: Path, primary: FakeProvider, request: pytest.FixtureRequest
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
     document = base_document(primary)
     process = rungateway(write_config(tmp_path, document), *getattr(request, "param", ()))
     wait_ready(f"http://{document['server']['admin_listen']}", process)
@@ -65,27 +74,35 @@ def started(tmp_path: Path, primary: FakeProvider, request: pytest.FixtureReques
     process.communicate()
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"surprise": {}}, "surprise: unknown key"),
-    ({"plugins": {"guardrails": [{"name": "g", "kind": "openai_moderation"}]}},
-     "available kinds: pii_regex, llm_evaluator, ext_proc"),
-    ({"vaults": [{"name": "v", "resolver": "static_file", "file": "missing.yaml"}]}, "vaults[0].file: cannot read"),
-])
-def test_boot_fails_naming_the_problem(tmp_path: Path, primary: FakeProvider, change: dict[str, Any],
-                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"surprise": {}}, "surprise: unknown key"),
+        (
+            {"plugins": {"guardrails": [{"name": "g", "kind": "openai_moderation"}]}},
+            "available kinds: pii_regex, llm_evaluator, ext_proc",
+        ),
+        ({"vaults": [{"name": "v", "resolver": "static_file", "file": "missing.yaml"}]}, "vaults[0].file: cannot read"),
+    ],
+)
+def test_boot_fails_naming_the_problem(
+    tmp_path: Path, primary: FakeProvider, change: dict[str, Any], message: str
+) -> None:
     with pytest.raises(CommandError) as raised:
         call_command("rungateway", config=str(write_config(tmp_path, {**base_document(primary), **change})))
     assert message in str(raised.value)
 
 
-def test_sigterm_drains_in_flight_requests(started: tuple[subprocess.Popen[str], dict[str, Any]],
-                                           primary: FakeProvider) -> None:
+def test_sigterm_drains_in_flight_requests(
+    started: tuple[subprocess.Popen[str], dict[str, Any]], primary: FakeProvider
+) -> None:
     process, document = started
     primary.reset("delay:1.0")
     results: list[httpx.Response] = []
     url = f"http://{document['server']['listen']}/v1/chat/completions"
-    worker = threading.Thread(target=lambda: results.append(httpx.post(url, json={"model": "m", "messages": HI},
-                                                                       timeout=10)))
+    worker = threading.Thread(
+        target=lambda: results.append(httpx.post(url, json={"model": "m", "messages": HI}, timeout=10))
+    )
     worker.start()
     time.sleep(0.4)
     process.send_signal(signal.SIGTERM)

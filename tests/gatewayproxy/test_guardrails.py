@@ -31,12 +31,22 @@ from tests.gatewayproxy.harness import GatewayThread
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
 # Matches what the fake providers answer ("Hello from <name>").
-SPEAKER: Any = {"name": "names", "kind": "pii_regex", "builtins": [], "phases": ["output"],
-                "patterns": {"provider": "from (primary|secondary)"}}
+SPEAKER: Any = {
+    "name": "names",
+    "kind": "pii_regex",
+    "builtins": [],
+    "phases": ["output"],
+    "patterns": {"provider": "from (primary|secondary)"},
+}
 
 
-def document(primary: FakeProvider, secondary: FakeProvider, vault_file: Path, guardrails: list[dict],
-             judge_url: str = "http://127.0.0.1:9") -> dict[str, Any]:
+def document(
+    primary: FakeProvider,
+    secondary: FakeProvider,
+    vault_file: Path,
+    guardrails: list[dict],
+    judge_url: str = "http://127.0.0.1:9",
+) -> dict[str, Any]:
     """Models `a-*` on a chat-shaped destination, `b-*` on a messages-shaped one, `judge` on a classifier."""
     credentials = {"vault": "files", "credential_id": "provider"}
     return {
@@ -47,12 +57,21 @@ def document(primary: FakeProvider, secondary: FakeProvider, vault_file: Path, g
             "judge": {"kind": "vendor_a_compatible", "base_url": f"{judge_url}/v1", "credentials": credentials},
         },
         "routes": [
-            {"name": "judge", "match": {"model": "judge"},
-             "strategy": {"mode": "fallback", "targets": [{"destination": "judge"}]}},
-            {"name": "to_a", "match": {"model": "a-*"},
-             "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]}},
-            {"name": "to_b", "match": {"model": "b-*"},
-             "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]}},
+            {
+                "name": "judge",
+                "match": {"model": "judge"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "judge"}]},
+            },
+            {
+                "name": "to_a",
+                "match": {"model": "a-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]},
+            },
+            {
+                "name": "to_b",
+                "match": {"model": "b-*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]},
+            },
         ],
         "plugins": {"guardrails": guardrails},
     }
@@ -66,8 +85,13 @@ def vault_file(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def gateway_with(primary: FakeProvider, secondary: FakeProvider, vault_file: Path, guardrails: list[dict],
-                 judge_url: str = "http://127.0.0.1:9") -> Iterator[GatewayThread]:
+def gateway_with(
+    primary: FakeProvider,
+    secondary: FakeProvider,
+    vault_file: Path,
+    guardrails: list[dict],
+    judge_url: str = "http://127.0.0.1:9",
+) -> Iterator[GatewayThread]:
     running = GatewayThread(document(primary, secondary, vault_file, guardrails, judge_url)).start()
     try:
         yield running
@@ -93,16 +117,22 @@ def chat_stream_text(gateway: GatewayThread, model: str = "a-large") -> tuple[st
     return text, None
 
 
-def test_pii_regex_blocks_input_in_both_client_protocols(primary: FakeProvider, secondary: FakeProvider,
-                                                         vault_file: Path) -> None:
+def test_pii_regex_blocks_input_in_both_client_protocols(
+    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+) -> None:
     guardrail = {"name": "pii", "kind": "pii_regex", "builtins": ["email", "us_ssn"], "phases": ["input"]}
     with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
         with pytest.raises(openai.BadRequestError) as chat_refused:
             gateway.openai.chat.completions.create(
-                model="a-large", messages=[{"role": "user", "content": "mail bob@example.com the plan"}])
+                model="a-large", messages=[{"role": "user", "content": "mail bob@example.com the plan"}]
+            )
         with pytest.raises(anthropic.BadRequestError) as messages_refused:
-            gateway.anthropic.messages.create(model="b-small", max_tokens=10, system="my SSN is 123-45-6789",
-                                              messages=[{"role": "user", "content": "hi"}])
+            gateway.anthropic.messages.create(
+                model="b-small",
+                max_tokens=10,
+                system="my SSN is 123-45-6789",
+                messages=[{"role": "user", "content": "hi"}],
+            )
         served = gateway.openai.chat.completions.create(model="a-large", messages=HI)
     assert error_code(chat_refused.value) == "guardrail_blocked_input"
     assert "email detected" in chat_refused.value.message and "bob@" not in chat_refused.value.message
@@ -111,17 +141,30 @@ def test_pii_regex_blocks_input_in_both_client_protocols(primary: FakeProvider, 
     assert len(primary.received) == 1 and secondary.received == []
 
 
-def test_pii_regex_redacts_input_before_it_leaves(primary: FakeProvider, secondary: FakeProvider,
-                                                  vault_file: Path) -> None:
+def test_pii_regex_redacts_input_before_it_leaves(
+    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+) -> None:
     guardrail = {"name": "pii", "kind": "pii_regex", "action": "redact", "phases": ["input"]}
     with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
-        gateway.openai.chat.completions.create(model="a-large", messages=[
-            {"role": "user", "content": [{"type": "text",
-                                          "text": "card 4111 1111 1111 1111, not 4111 1111 1111 1112"}]}])
-        gateway.anthropic.messages.create(model="b-small", max_tokens=10, system="reach me at +1 415-555-0100",
-                                          messages=[{"role": "user", "content": "key sk-abcdefghijklmnop1234"}])
-    assert primary.received[0].body["messages"][0]["content"][0]["text"] == \
-        "card [REDACTED:credit_card], not 4111 1111 1111 1112"
+        gateway.openai.chat.completions.create(
+            model="a-large",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "card 4111 1111 1111 1111, not 4111 1111 1111 1112"}],
+                }
+            ],
+        )
+        gateway.anthropic.messages.create(
+            model="b-small",
+            max_tokens=10,
+            system="reach me at +1 415-555-0100",
+            messages=[{"role": "user", "content": "key sk-abcdefghijklmnop1234"}],
+        )
+    assert (
+        primary.received[0].body["messages"][0]["content"][0]["text"]
+        == "card [REDACTED:credit_card], not 4111 1111 1111 1112"
+    )
     sent = secondary.received[0].body
     assert sent["system"] == "reach me at [REDACTED:phone]"
     assert sent["messages"][0]["content"] == "key [REDACTED:api_key]"
@@ -140,15 +183,18 @@ def test_pii_regex_blocks_a_plain_response(primary: FakeProvider, secondary: Fak
     assert 'gateway_guardrail_checks_total{guardrail="names",outcome="blocked",phase="output"} 2.0' in metrics
 
 
-def test_pii_regex_ends_streams_with_an_error_event(primary: FakeProvider, secondary: FakeProvider,
-                                                    vault_file: Path) -> None:
+def test_pii_regex_ends_streams_with_an_error_event(
+    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+) -> None:
     # The provider streams "Hello ", "from ", "<name>": the match spans deltas, and stops the stream before its end.
     guardrail = SPEAKER
     with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
         chat_text, chat_error = chat_stream_text(gateway)
         messages_text = ""
-        with pytest.raises(anthropic.APIStatusError) as messages_error, \
-                gateway.anthropic.messages.stream(model="b-small", max_tokens=10, messages=HI) as stream:
+        with (
+            pytest.raises(anthropic.APIStatusError) as messages_error,
+            gateway.anthropic.messages.stream(model="b-small", max_tokens=10, messages=HI) as stream,
+        ):
             for text in stream.text_stream:
                 messages_text += text
     assert chat_error is not None and error_code(chat_error) == "guardrail_blocked_output"
@@ -157,18 +203,26 @@ def test_pii_regex_ends_streams_with_an_error_event(primary: FakeProvider, secon
     assert "secondary" not in messages_text
 
 
-def test_ext_proc_judges_input_and_streamed_output(primary: FakeProvider, secondary: FakeProvider,
-                                                   vault_file: Path) -> None:
+def test_ext_proc_judges_input_and_streamed_output(
+    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+) -> None:
     def processor(path: str, asked: Any) -> tuple[int, Any]:
         blocked = "forbidden" in asked["text"] or "secondary" in asked["text"]
         return 200, {"action": "block" if blocked else "allow", "reason": "not here"}
 
-    with serving(JsonServer(processor)) as server, gateway_with(primary, secondary, vault_file, [
-            {"name": "proc", "kind": "ext_proc", "url": f"{server.url}/check", "phases": ["input", "output"]}]) \
-            as gateway:
+    with (
+        serving(JsonServer(processor)) as server,
+        gateway_with(
+            primary,
+            secondary,
+            vault_file,
+            [{"name": "proc", "kind": "ext_proc", "url": f"{server.url}/check", "phases": ["input", "output"]}],
+        ) as gateway,
+    ):
         with pytest.raises(openai.BadRequestError) as refused:
-            gateway.openai.chat.completions.create(model="a-large",
-                                                   messages=[{"role": "user", "content": "forbidden words"}])
+            gateway.openai.chat.completions.create(
+                model="a-large", messages=[{"role": "user", "content": "forbidden words"}]
+            )
         chat_text, chat_error = chat_stream_text(gateway)
         b_text, b_error = chat_stream_text(gateway, "b-small")
     assert error_code(refused.value) == "guardrail_blocked_input" and "not here" in refused.value.message
@@ -182,13 +236,25 @@ def test_ext_proc_judges_input_and_streamed_output(primary: FakeProvider, second
 
 
 @pytest.mark.parametrize("failure_mode", ["deny", "allow", "log_only"])
-def test_a_hanging_processor_follows_failure_mode(failure_mode: str, primary: FakeProvider, secondary: FakeProvider,
-                                                  vault_file: Path, caplog: pytest.LogCaptureFixture) -> None:
-    guardrail = {"name": "slow", "kind": "ext_proc", "failure_mode": failure_mode, "timeout_ms": 200,
-                 "phases": ["input"]}
-    with serving(JsonServer(lambda path, asked: HANG)) as server, \
-            gateway_with(primary, secondary, vault_file, [{**guardrail, "url": server.url}]) as gateway, \
-            caplog.at_level(logging.WARNING, logger="gatewayproxy"):
+def test_a_hanging_processor_follows_failure_mode(
+    failure_mode: str,
+    primary: FakeProvider,
+    secondary: FakeProvider,
+    vault_file: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    guardrail = {
+        "name": "slow",
+        "kind": "ext_proc",
+        "failure_mode": failure_mode,
+        "timeout_ms": 200,
+        "phases": ["input"],
+    }
+    with (
+        serving(JsonServer(lambda path, asked: HANG)) as server,
+        gateway_with(primary, secondary, vault_file, [{**guardrail, "url": server.url}]) as gateway,
+        caplog.at_level(logging.WARNING, logger="gatewayproxy"),
+    ):
         started = time.monotonic()
         response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-large", "messages": HI})
         elapsed = time.monotonic() - started
@@ -205,15 +271,22 @@ def test_a_hanging_processor_follows_failure_mode(failure_mode: str, primary: Fa
     assert bool(logged) is (failure_mode == "log_only")
 
 
-def test_llm_evaluator_asks_a_model_through_the_gateways_routes(primary: FakeProvider, secondary: FakeProvider,
-                                                                 vault_file: Path) -> None:
+def test_llm_evaluator_asks_a_model_through_the_gateways_routes(
+    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+) -> None:
     judge = JsonServer(lambda path, asked: classifier_completion(path, asked, ("forbidden", "secondary")))
-    guardrail = {"name": "judge", "kind": "llm_evaluator", "model": "judge", "timeout_ms": 2000,
-                 "instructions": "Judge the text."}
+    guardrail = {
+        "name": "judge",
+        "kind": "llm_evaluator",
+        "model": "judge",
+        "timeout_ms": 2000,
+        "instructions": "Judge the text.",
+    }
     with serving(judge), gateway_with(primary, secondary, vault_file, [guardrail], judge.url) as gateway:
         with pytest.raises(anthropic.BadRequestError) as refused:
-            gateway.anthropic.messages.create(model="b-small", max_tokens=10,
-                                              messages=[{"role": "user", "content": "a forbidden topic"}])
+            gateway.anthropic.messages.create(
+                model="b-small", max_tokens=10, messages=[{"role": "user", "content": "a forbidden topic"}]
+            )
         allowed = gateway.openai.chat.completions.create(model="a-large", messages=HI)
         stream_text, stream_error = chat_stream_text(gateway, "b-small")
     assert error_code(refused.value) == "guardrail_blocked_input"
@@ -230,7 +303,8 @@ def test_llm_evaluator_asks_a_model_through_the_gateways_routes(primary: FakePro
 
 @pytest.mark.parametrize(("failure_mode", "status"), [("deny", 400), ("allow", 200)])
 def test_native_responses_are_not_inspected_and_follow_failure_mode(
-        failure_mode: str, status: int, primary: FakeProvider, secondary: FakeProvider, vault_file: Path) -> None:
+    failure_mode: str, status: int, primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+) -> None:
     guardrail = {"name": "pii", "kind": "pii_regex", "failure_mode": failure_mode}
     with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
         response = httpx.post(f"{gateway.url}/v1/responses", json={"model": "a-large", "input": "bob@example.com"})
@@ -239,12 +313,15 @@ def test_native_responses_are_not_inspected_and_follow_failure_mode(
         assert response.json()["error"]["code"] == "guardrail_blocked_input"
 
 
-@pytest.mark.parametrize(("option", "problem"), [
-    ({"action": "erase"}, "plugins.guardrails[0].action"),
-    ({"paterns": {}}, "plugins.guardrails[0].paterns: unknown key"),
-    ({"patterns": {"bad": "("}}, "pattern 'bad' is not a valid regular expression"),
-    ({"builtins": []}, "give at least one of `builtins` and `patterns`"),
-])
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ({"action": "erase"}, "plugins.guardrails[0].action"),
+        ({"paterns": {}}, "plugins.guardrails[0].paterns: unknown key"),
+        ({"patterns": {"bad": "("}}, "pattern 'bad' is not a valid regular expression"),
+        ({"builtins": []}, "give at least one of `builtins` and `patterns`"),
+    ],
+)
 def test_bad_guardrail_options_fail_boot_naming_the_key(option: dict, problem: str) -> None:
     loaded = validate_document({"plugins": {"guardrails": [{"name": "pii", "kind": "pii_regex", **option}]}})
     with pytest.raises(ConfigError) as failed:
@@ -257,26 +334,32 @@ def test_without_guardrails_nothing_inspects_output() -> None:
     assert state.stages == [] and state.output_inspectors == []
 
 
-@pytest.mark.parametrize(("builtin", "text", "redacted"), [
-    ("email", "write to a.b+c@mail.example.org today", "write to [X] today"),
-    ("phone", "call (415) 555-0100 now", "call [X] now"),
-    ("credit_card", "pay 4111-1111-1111-1111 or 1234 5678 9012 3456", "pay [X] or 1234 5678 9012 3456"),
-    ("us_ssn", "ssn 078-05-1120, not 000-12-3456", "ssn [X], not 000-12-3456"),
-    ("ipv4", "host 10.0.0.255 not 999.1.1.1", "host [X] not 999.1.1.1"),
-    ("api_key", "use AKIAIOSFODNN7EXAMPLE here", "use [X] here"),
-])
+@pytest.mark.parametrize(
+    ("builtin", "text", "redacted"),
+    [
+        ("email", "write to a.b+c@mail.example.org today", "write to [X] today"),
+        ("phone", "call (415) 555-0100 now", "call [X] now"),
+        ("credit_card", "pay 4111-1111-1111-1111 or 1234 5678 9012 3456", "pay [X] or 1234 5678 9012 3456"),
+        ("us_ssn", "ssn 078-05-1120, not 000-12-3456", "ssn [X], not 000-12-3456"),
+        ("ipv4", "host 10.0.0.255 not 999.1.1.1", "host [X] not 999.1.1.1"),
+        ("api_key", "use AKIAIOSFODNN7EXAMPLE here", "use [X] here"),
+    ],
+)
 def test_builtin_patterns(builtin: str, text: str, redacted: str) -> None:
     options = PiiRegexOptions.model_validate({"builtins": [builtin], "action": "redact", "replacement": "[X]"})
     guardrail = PiiRegex(PluginInstance(name="pii", kind="pii_regex"), options)
     assert guardrail.redact(text) == redacted
 
 
-@pytest.mark.parametrize(("answer", "verdict"), [
-    ('{"allowed": false, "reason": "violence"}', Verdict(False, "violence")),
-    ('Sure: ```json\n{"allowed": true}\n```', Verdict(True, "")),
-    ("BLOCK. It asks for malware.", Verdict(False, "It asks for malware.")),
-    ("allow", Verdict(True, "")),
-])
+@pytest.mark.parametrize(
+    ("answer", "verdict"),
+    [
+        ('{"allowed": false, "reason": "violence"}', Verdict(False, "violence")),
+        ('Sure: ```json\n{"allowed": true}\n```', Verdict(True, "")),
+        ("BLOCK. It asks for malware.", Verdict(False, "It asks for malware.")),
+        ("allow", Verdict(True, "")),
+    ],
+)
 def test_evaluator_verdicts(answer: str, verdict: Verdict) -> None:
     assert parse_verdict(answer) == verdict
 

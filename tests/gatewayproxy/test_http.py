@@ -31,7 +31,7 @@ def feed(*chunks: bytes) -> list[RequestReceived | ProtocolFailure]:
 
 
 def test_complete_request_byte_by_byte() -> None:
-    events = feed(*[REQUEST[i:i + 1] for i in range(len(REQUEST))])
+    events = feed(*[REQUEST[i : i + 1] for i in range(len(REQUEST))])
     assert len(events) == 1 and isinstance(events[0], RequestReceived)
     request = events[0].request
     assert (request.method, request.path, request.query, request.body) == ("POST", "/v1/messages", "beta=true", b"{}")
@@ -43,17 +43,27 @@ def test_chunked_body_is_assembled() -> None:
     assert isinstance(event, RequestReceived) and event.request.body == b"{}"
 
 
-@pytest.mark.parametrize(("raw", "status", "code"), [
-    (b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 2000 + b"\r\n\r\n", 431, ErrorCode.HEADERS_TOO_LARGE),
-    (b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 2000, 431, ErrorCode.HEADERS_TOO_LARGE),
-    (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 11 + b"Host: gw\r\n\r\n", 431, ErrorCode.HEADERS_TOO_LARGE),
-    (b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 101\r\n\r\n", 413, ErrorCode.PAYLOAD_TOO_LARGE),
-    (b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n{", 400, ErrorCode.INVALID_REQUEST),
-    (b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
-     ErrorCode.INVALID_REQUEST),
-    (b"GET / HTTP/1.1\r\nHost: gw\r\nX: a\r\n\tb\r\n\r\n", 400, ErrorCode.INVALID_REQUEST),
-    (b"GET / HTTP/1.1\r\nHost gw\r\n\r\n", 400, ErrorCode.INVALID_REQUEST),
-])
+@pytest.mark.parametrize(
+    ("raw", "status", "code"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 2000 + b"\r\n\r\n", 431, ErrorCode.HEADERS_TOO_LARGE),
+        (b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 2000, 431, ErrorCode.HEADERS_TOO_LARGE),
+        (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 11 + b"Host: gw\r\n\r\n", 431, ErrorCode.HEADERS_TOO_LARGE),
+        (b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 101\r\n\r\n", 413, ErrorCode.PAYLOAD_TOO_LARGE),
+        (
+            b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n{",
+            400,
+            ErrorCode.INVALID_REQUEST,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+            ErrorCode.INVALID_REQUEST,
+        ),
+        (b"GET / HTTP/1.1\r\nHost: gw\r\nX: a\r\n\tb\r\n\r\n", 400, ErrorCode.INVALID_REQUEST),
+        (b"GET / HTTP/1.1\r\nHost gw\r\n\r\n", 400, ErrorCode.INVALID_REQUEST),
+    ],
+)
 def test_protocol_failures(raw: bytes, status: int, code: ErrorCode) -> None:
     (event,) = feed(raw)
     assert isinstance(event, ProtocolFailure) and (event.status, event.code) == (status, code)
@@ -75,7 +85,7 @@ def test_streamed_body_over_the_limit_fails_as_it_arrives() -> None:
 
 def test_response_keep_alive_and_pipelined_request() -> None:
     connection = ServerConnection(LIMITS)
-    first, = connection.receive(REQUEST + b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n")
+    (first,) = connection.receive(REQUEST + b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n")
     assert isinstance(first, RequestReceived)
     data = connection.send_response(200, [(b"content-type", b"application/json")], b"{}")
     assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 2" in data and data.endswith(b"{}")
@@ -116,7 +126,7 @@ def test_sse_decoder_handles_any_split_and_line_ending() -> None:
     stream = b": comment\r\nevent: one\r\ndata: a\r\ndata: b\r\n\r\ndata: [DONE]\n\nevent: three\rdata: c\r\r\n"
     for size in (1, 2, 3, 7, len(stream)):
         decoder = SseDecoder()
-        events = [event for i in range(0, len(stream), size) for event in decoder.feed(stream[i:i + size])]
+        events = [event for i in range(0, len(stream), size) for event in decoder.feed(stream[i : i + size])]
         assert events == [SseEvent("one", "a\nb"), SseEvent("", "[DONE]"), SseEvent("three", "c")]
 
 
@@ -166,13 +176,19 @@ PARITY_RESPONSES: list[tuple[int, list[tuple[bytes, bytes]], list[bytes] | bytes
 ]
 
 
-def _exchange(connection: ServerConnection, raw: bytes, status: int, headers: list[tuple[bytes, bytes]],
-              body: list[bytes] | bytes, size: int) -> list[object]:
+def _exchange(
+    connection: ServerConnection,
+    raw: bytes,
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    body: list[bytes] | bytes,
+    size: int,
+) -> list[object]:
     """Everything observable about one exchange: events, bytes written, errors, keep-alive, pipelining."""
     seen: list[object] = []
     for i in range(0, len(raw), size):
         tail = b"GET /next HTTP/1.1\r\nHost: gw\r\n\r\n" if i + size >= len(raw) else b""
-        seen.append(repr(connection.receive(raw[i:i + size] + tail)))
+        seen.append(repr(connection.receive(raw[i : i + size] + tail)))
     seen.append(connection.waiting_for_request)
     if connection.failed or not any("RequestReceived" in str(item) for item in seen):
         return seen

@@ -16,8 +16,12 @@ from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
 from tests.gatewayproxy.store_harness import BuiltGatewayThread
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gateway" / "legacy_mcp_gateway.yaml"
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -26,35 +30,57 @@ def legacy(**fields: Any) -> dict[str, Any]:
 
 
 def test_auth_and_servers_expand_to_validators_destinations_and_routes() -> None:
-    loaded = validate_document(legacy(
-        auth={"api_keys_file": "keys.yaml",
-              "jwt": {"issuer": "https://issuer", "audience": ["mcp"], "jwks_url": "https://issuer/jwks",
-                      "claims": {"org": "team"}}},
-        servers=[{"name": "docs", "url": "http://docs/mcp", "token_env": "DOCS"},
-                 {"name": "tickets", "url": "http://tickets/mcp"}]), base_dir="/etc/gw")
+    loaded = validate_document(
+        legacy(
+            auth={
+                "api_keys_file": "keys.yaml",
+                "jwt": {
+                    "issuer": "https://issuer",
+                    "audience": ["mcp"],
+                    "jwks_url": "https://issuer/jwks",
+                    "claims": {"org": "team"},
+                },
+            },
+            servers=[
+                {"name": "docs", "url": "http://docs/mcp", "token_env": "DOCS"},
+                {"name": "tickets", "url": "http://tickets/mcp"},
+            ],
+        ),
+        base_dir="/etc/gw",
+    )
     config = loaded.config
     api_key, jwt = config.identity.validators
     assert (api_key.kind, api_key.keys_file) == ("api_key", "/etc/gw/keys.yaml")
     assert (jwt.issuers, jwt.audiences, jwt.scope_from.jwt_claims) == (["https://issuer"], ["mcp"], {"org": "team"})
     assert config.identity.scope_dims == ["team"]
-    assert {name: d.base_url for name, d in config.destinations.items()} == {"docs": "http://docs/mcp",
-                                                                            "tickets": "http://tickets/mcp"}
+    assert {name: d.base_url for name, d in config.destinations.items()} == {
+        "docs": "http://docs/mcp",
+        "tickets": "http://tickets/mcp",
+    }
     assert [(v.name, v.env_var) for v in config.vaults] == [("legacy_docs", "DOCS"), ("legacy_tickets", None)]
     assert [(r.name, r.match.header, r.strategy.targets[0].destination) for r in config.routes] == [
         ("legacy_mcp_docs", {"x-mcp-server": "docs"}, "docs"),
         ("legacy_mcp_tickets", {"x-mcp-server": "tickets"}, "tickets"),
-        ("legacy_mcp", {}, "docs")]
+        ("legacy_mcp", {}, "docs"),
+    ]
     assert loaded.warnings[0].startswith("legacy_mcp_gateway is deprecated")
 
 
-@pytest.mark.parametrize(("document", "problem"), [
-    (legacy(servers=[{"name": "docs", "url": "http://docs/mcp", "tools": {"deny": ["drop"]}}]),
-     "legacy_mcp_gateway.servers[0].tools: has no equivalent"),
-    (legacy(auth={"basic": {}}), "legacy_mcp_gateway.auth.basic: has no equivalent"),
-    (legacy(auth={"jwt": {"issuer": "i", "audience": "a", "jwks_url": "u", "leeway": 5}}),
-     "legacy_mcp_gateway.auth.jwt.leeway: has no equivalent"),
-    (legacy(servers=[{"url": "http://docs/mcp"}]), "legacy_mcp_gateway.servers[0]: needs `name` and `url`"),
-])
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        (
+            legacy(servers=[{"name": "docs", "url": "http://docs/mcp", "tools": {"deny": ["drop"]}}]),
+            "legacy_mcp_gateway.servers[0].tools: has no equivalent",
+        ),
+        (legacy(auth={"basic": {}}), "legacy_mcp_gateway.auth.basic: has no equivalent"),
+        (
+            legacy(auth={"jwt": {"issuer": "i", "audience": "a", "jwks_url": "u", "leeway": 5}}),
+            "legacy_mcp_gateway.auth.jwt.leeway: has no equivalent",
+        ),
+        (legacy(servers=[{"url": "http://docs/mcp"}]), "legacy_mcp_gateway.servers[0]: needs `name` and `url`"),
+    ],
+)
 def test_what_cannot_be_honoured_is_refused(document: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError) as raised:
         validate_document(document)

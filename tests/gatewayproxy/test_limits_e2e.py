@@ -30,8 +30,10 @@ def test_qpm_refuses_in_both_protocols_with_retry_after(primary: FakeProvider) -
     with running(document(primary, rate_limits=[{"name": "all", "qpm": 2}])) as gateway:
         statuses = [chat(gateway.url).status_code for _ in range(2)]
         refused = chat(gateway.url)
-        messages = httpx.post(f"{gateway.url}/v1/messages",
-                              json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]})
+        messages = httpx.post(
+            f"{gateway.url}/v1/messages",
+            json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        )
     assert statuses == [200, 200]
     assert refused.status_code == 429 and error_code(refused) == "rate_limited"
     assert 1 <= int(refused.headers["retry-after"]) <= 30  # a minute of two requests frees one in 30 s
@@ -52,8 +54,11 @@ def test_local_buckets_survive_a_snapshot_swap(primary: FakeProvider) -> None:
 
 
 def test_most_specific_match_wins_and_buckets_follow_key_dims(primary: FakeProvider) -> None:
-    limits = [{"name": "everyone", "qpm": 1}, {"name": "team-a", "match": {"scope": {"team": "a"}}, "qpm": 2},
-              {"name": "team-a-again", "match": {"scope": {"team": "a"}}, "qpm": 100}]
+    limits = [
+        {"name": "everyone", "qpm": 1},
+        {"name": "team-a", "match": {"scope": {"team": "a"}}, "qpm": 2},
+        {"name": "team-a-again", "match": {"scope": {"team": "a"}}, "qpm": 100},
+    ]
     with running(document(primary, rate_limits=limits, spend={"key_dims": ["user"]})) as gateway:
         team_a_u1 = [chat(gateway.url, **{"x-scope-team": "a", "x-scope-user": "u1"}).status_code for _ in range(3)]
         team_a_u2 = chat(gateway.url, **{"x-scope-team": "a", "x-scope-user": "u2"}).status_code
@@ -126,18 +131,26 @@ def test_redis_outage_with_deny_answers_503_fast_then_recovers(primary: FakeProv
     assert 'gateway_rate_limiter_unavailable_total{limiter="shared"}' in unavailable
 
 
-def test_redis_outage_with_allow_limits_locally_and_reports_it(primary: FakeProvider,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_redis_outage_with_allow_limits_locally_and_reports_it(
+    primary: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
     with private_redis_server() as redis_server:
-        config = document(primary, rate_limits=[{"name": "all", "qpm": 1000}],
-                          plugins=redis_limiter(redis_server.url, failure_mode="allow"))
+        config = document(
+            primary,
+            rate_limits=[{"name": "all", "qpm": 1000}],
+            plugins=redis_limiter(redis_server.url, failure_mode="allow"),
+        )
         with running(config) as gateway, caplog.at_level("WARNING", logger="gatewayproxy.limits"):
             redis_server.stop()
             during = [chat(gateway.url).status_code for _ in range(3)]
             degraded = gateway.metrics_text
             redis_server.start()
-            recovered = poll(lambda: chat(gateway.url).status_code == 200 and
-                             'gateway_rate_limiter_degraded{limiter="shared"} 0.0' in gateway.metrics_text)
+            recovered = poll(
+                lambda: (
+                    chat(gateway.url).status_code == 200
+                    and 'gateway_rate_limiter_degraded{limiter="shared"} 0.0' in gateway.metrics_text
+                )
+            )
     assert during == [200, 200, 200]
     assert 'gateway_rate_limiter_degraded{limiter="shared"} 1.0' in degraded
     assert 'gateway_rate_limiter_fallback_decisions_total{limiter="shared"} 3.0' in degraded

@@ -23,11 +23,17 @@ QPM = 5
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory, primary: FakeProvider) -> Iterator[list[str]]:
     """Two processes on one config (a `redis_window` limiter with its own key prefix); yields their data URLs."""
-    limits = [{"name": "requests", "match": {"scope": {"team": "r"}}, "qpm": QPM},
-              {"name": "spend", "match": {"scope": {"team": "s"}}, "budget_usd_per_month": 1.5}]
-    config = document(primary, rate_limits=limits, plugins=redis_limiter(SHARED_REDIS),
-                      pricing={"input_per_1m": 1.0, "output_per_1m": 1000.0},
-                      spend={"admission": {"default_max_output_tokens": 1000}})
+    limits = [
+        {"name": "requests", "match": {"scope": {"team": "r"}}, "qpm": QPM},
+        {"name": "spend", "match": {"scope": {"team": "s"}}, "budget_usd_per_month": 1.5},
+    ]
+    config = document(
+        primary,
+        rate_limits=limits,
+        plugins=redis_limiter(SHARED_REDIS),
+        pricing={"input_per_1m": 1.0, "output_per_1m": 1000.0},
+        spend={"admission": {"default_max_output_tokens": 1000}},
+    )
     processes: list[subprocess.Popen[str]] = []
     urls = []
     for index in range(2):
@@ -47,8 +53,10 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, primary: FakeProvider) ->
 
 
 def test_a_qpm_limit_holds_across_two_processes_exactly(replicas: list[str]) -> None:
-    statuses = [httpx.post(f"{replicas[index % 2]}/v1/chat/completions", json=CHAT,
-                           headers={"x-scope-team": "r"}).status_code for index in range(QPM * 2 + 2)]
+    statuses = [
+        httpx.post(f"{replicas[index % 2]}/v1/chat/completions", json=CHAT, headers={"x-scope-team": "r"}).status_code
+        for index in range(QPM * 2 + 2)
+    ]
     assert statuses.count(200) == QPM and statuses.count(429) == QPM + 2
     assert statuses[:QPM] == [200] * QPM
 
@@ -58,8 +66,12 @@ def test_a_budget_race_across_two_processes_admits_one(replicas: list[str], prim
 
     async def fire() -> list[int]:
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=50)) as client:
-            responses = await asyncio.gather(*(client.post(f"{replicas[index % 2]}/v1/chat/completions", json=CHAT,
-                                                           headers={"x-scope-team": "s"}) for index in range(50)))
+            responses = await asyncio.gather(
+                *(
+                    client.post(f"{replicas[index % 2]}/v1/chat/completions", json=CHAT, headers={"x-scope-team": "s"})
+                    for index in range(50)
+                )
+            )
         return [response.status_code for response in responses]
 
     statuses = asyncio.run(fire())

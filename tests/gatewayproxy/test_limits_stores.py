@@ -44,16 +44,18 @@ def budget(key: str, limit: int, amount: int, resets_in_ms: int = 5_000) -> Char
     return Charge(key, MICRO_USD, limit, amount, 0, resets_in_ms)
 
 
-def redis_store(url: str = SHARED_REDIS, failure_mode: str = "deny",
-                registry: CollectorRegistry | None = None) -> RedisWindowStore:
-    options = RedisWindowOptions(url=url, key_prefix=f"test:{uuid.uuid4().hex}:", timeout_ms=100,
-                                 retry_interval_ms=50)
-    return RedisWindowStore("shared", options, failure_mode, LocalStore(),
-                            LimiterMetrics(registry or CollectorRegistry()))
+def redis_store(
+    url: str = SHARED_REDIS, failure_mode: str = "deny", registry: CollectorRegistry | None = None
+) -> RedisWindowStore:
+    options = RedisWindowOptions(url=url, key_prefix=f"test:{uuid.uuid4().hex}:", timeout_ms=100, retry_interval_ms=50)
+    return RedisWindowStore(
+        "shared", options, failure_mode, LocalStore(), LimiterMetrics(registry or CollectorRegistry())
+    )
 
 
 def with_store(body: Callable[[RedisWindowStore], Awaitable[Result]], **options: Any) -> Result:
     """Run `body` against a fresh Redis store on its own loop, closing the store after."""
+
     async def run() -> Result:
         store = redis_store(**options)
         try:
@@ -156,6 +158,7 @@ async def script_calls(store: RedisWindowStore) -> int:
 
 def test_redis_settlements_of_concurrent_requests_share_one_call() -> None:
     """Fifty requests settling at once: every adjustment lands, in far fewer script calls than requests."""
+
     async def body(store: RedisWindowStore) -> tuple[int, int, int]:
         charges = [tokens("t", 10_000, 100), budget("b", 100_000, 1_000)]
         decisions = [await store.acquire(charges) for _ in range(50)]

@@ -17,8 +17,12 @@ from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
-INITIALIZE = {"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 5,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,21 +37,43 @@ def resolver() -> Iterator[FakeProvider]:
 def gateway(tmp_path_factory: pytest.TempPathFactory, resolver: FakeProvider) -> Iterator[GatewayThread]:
     directory = tmp_path_factory.mktemp("resolver")
     template = f"{resolver.url}/servers/{{scope.team}}/{{server}}"
-    (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": [
-        {"sha256": hashlib.sha256(b"key-red").hexdigest(), "principal": "alice", "scope": {"team": "red"}}]}))
+    (directory / "keys.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "keys": [
+                    {"sha256": hashlib.sha256(b"key-red").hexdigest(), "principal": "alice", "scope": {"team": "red"}}
+                ]
+            }
+        )
+    )
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes-cred": "mcp-token", "default": "unused"}))
     (directory / "resolver-token").write_text("resolver-secret\n")
     document = {
-        "identity": {"scope_dims": ["team"],
-                     "validators": [{"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"}]},
+        "identity": {
+            "scope_dims": ["team"],
+            "validators": [{"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"}],
+        },
         "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.yaml"}],
-        "destinations": {"any": {"kind": "mcp", "credentials": {"vault": "files", "credential_id": "default"},
-                                 "destination_resolver": {
-                                     "kind": "http", "url_template": template,
-                                     "bearer_token_file": "resolver-token", "timeout_ms": 2000,
-                                     "cache_ttl_secs": 300}}},
-        "routes": [{"name": "mcp", "match": {"path": "/v1/mcp"},
-                    "strategy": {"mode": "fallback", "targets": [{"destination": "any"}]}}],
+        "destinations": {
+            "any": {
+                "kind": "mcp",
+                "credentials": {"vault": "files", "credential_id": "default"},
+                "destination_resolver": {
+                    "kind": "http",
+                    "url_template": template,
+                    "bearer_token_file": "resolver-token",
+                    "timeout_ms": 2000,
+                    "cache_ttl_secs": 300,
+                },
+            }
+        },
+        "routes": [
+            {
+                "name": "mcp",
+                "match": {"path": "/v1/mcp"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "any"}]},
+            }
+        ],
     }
     running = GatewayThread(document, base_dir=str(directory)).start()
     yield running
@@ -62,36 +88,46 @@ def _fresh(resolver: FakeProvider, upstream: RecordingMcpServer) -> None:
 
 
 def initialize(gateway: GatewayThread, **headers: str) -> httpx.Response:
-    return httpx.post(f"{gateway.url}/v1/mcp", json=INITIALIZE,
-                      headers={"accept": ACCEPT, "authorization": "Bearer key-red", **headers})
+    return httpx.post(
+        f"{gateway.url}/v1/mcp",
+        json=INITIALIZE,
+        headers={"accept": ACCEPT, "authorization": "Bearer key-red", **headers},
+    )
 
 
-def test_the_named_server_is_resolved_and_cached(gateway: GatewayThread, resolver: FakeProvider,
-                                                 upstream: RecordingMcpServer) -> None:
+def test_the_named_server_is_resolved_and_cached(
+    gateway: GatewayThread, resolver: FakeProvider, upstream: RecordingMcpServer
+) -> None:
     for _ in range(2):
         answer = initialize(gateway, **{"x-mcp-server": "notes"})
         assert answer.status_code == 200 and '"name":"notes"' in answer.text.replace(" ", "")
     assert [(r.method, r.path, r.headers["authorization"]) for r in resolver.received] == [
-        ("GET", "/servers/red/notes", "Bearer resolver-secret")]
+        ("GET", "/servers/red/notes", "Bearer resolver-secret")
+    ]
     assert [request["authorization"] for request in upstream.requests] == ["Bearer mcp-token"] * 2
 
 
-@pytest.mark.parametrize(("headers", "status", "code"), [
-    ({}, 400, "invalid_request"),
-    ({"x-mcp-server": "http://attacker.example/mcp"}, 400, "invalid_request"),
-    ({"x-mcp-server": "../admin"}, 400, "invalid_request"),
-    ({"x-mcp-server": "unknown"}, 404, "no_route"),
-])
-def test_what_the_resolver_does_not_vouch_for_is_refused(gateway: GatewayThread, upstream: RecordingMcpServer,
-                                                         headers: dict[str, Any], status: int, code: str) -> None:
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 400, "invalid_request"),
+        ({"x-mcp-server": "http://attacker.example/mcp"}, 400, "invalid_request"),
+        ({"x-mcp-server": "../admin"}, 400, "invalid_request"),
+        ({"x-mcp-server": "unknown"}, 404, "no_route"),
+    ],
+)
+def test_what_the_resolver_does_not_vouch_for_is_refused(
+    gateway: GatewayThread, upstream: RecordingMcpServer, headers: dict[str, Any], status: int, code: str
+) -> None:
     answer = initialize(gateway, **headers)
     assert answer.status_code == status
     assert answer.json()["error"]["data"]["code"] == code and answer.json()["id"] == 5
     assert upstream.requests == []
 
 
-def test_a_broken_resolver_answer_is_a_502(gateway: GatewayThread, resolver: FakeProvider,
-                                           upstream: RecordingMcpServer) -> None:
+def test_a_broken_resolver_answer_is_a_502(
+    gateway: GatewayThread, resolver: FakeProvider, upstream: RecordingMcpServer
+) -> None:
     resolver.documents["/servers/red/broken"] = {"base_url": "file:///etc/passwd"}
     answer = initialize(gateway, **{"x-mcp-server": "broken"})
     assert answer.status_code == 502 and answer.json()["error"]["data"]["code"] == "upstream_error"

@@ -27,33 +27,53 @@ if TYPE_CHECKING:
 NO_SNAPSHOT = cast("GatewayState", None)
 
 
-def context(model: str = "m", path: str = "/v1/chat/completions", headers: dict[str, str] | None = None,
-            scope: dict[str, str] | None = None) -> RequestContext:
+def context(
+    model: str = "m",
+    path: str = "/v1/chat/completions",
+    headers: dict[str, str] | None = None,
+    scope: dict[str, str] | None = None,
+) -> RequestContext:
     request = Request(method="POST", path=path, query="", headers=headers or {}, body=b"")
-    return RequestContext(request=request, operation=Operation.CHAT, protocol=Protocol.VENDOR_A,
-                          state=NO_SNAPSHOT, body={"model": model}, principal=Principal("p", scope or {}))
+    return RequestContext(
+        request=request,
+        operation=Operation.CHAT,
+        protocol=Protocol.VENDOR_A,
+        state=NO_SNAPSHOT,
+        body={"model": model},
+        principal=Principal("p", scope or {}),
+    )
 
 
 def router(*routes: dict[str, Any]) -> Router:
-    document = {"identity": {"scope_dims": ["team", "env"]}, "vaults": [{"name": "v", "resolver": "env"}],
-                "destinations": {name: {"kind": "vendor_a", "credentials": {"vault": "v"}} for name in "abc"},
-                "routes": list(routes)}
+    document = {
+        "identity": {"scope_dims": ["team", "env"]},
+        "vaults": [{"name": "v", "resolver": "env"}],
+        "destinations": {name: {"kind": "vendor_a", "credentials": {"vault": "v"}} for name in "abc"},
+        "routes": list(routes),
+    }
     return Router(validate_document(document).config.routes)
 
 
-def route(name: str, match: dict[str, Any] | None = None, targets: str = "a", mode: str = "fallback",
-          **strategy: Any) -> dict[str, Any]:
-    return {"name": name, "match": match or {},
-            "strategy": {"mode": mode, "targets": [{"destination": t} for t in targets], **strategy}}
+def route(
+    name: str, match: dict[str, Any] | None = None, targets: str = "a", mode: str = "fallback", **strategy: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "match": match or {},
+        "strategy": {"mode": mode, "targets": [{"destination": t} for t in targets], **strategy},
+    }
 
 
-@pytest.mark.parametrize(("pattern", "matching", "not_matching"), [
-    ("gpt-4o", ["gpt-4o"], ["gpt-4o-mini"]),
-    ("*", ["anything", ""], []),
-    ("gpt-*", ["gpt-4o", "gpt-"], ["chatgpt"]),
-    ("*-mini", ["gpt-4o-mini"], ["mini-x"]),
-    ("*sonnet*", ["claude-sonnet-4", "sonnet"], ["opus"]),
-])
+@pytest.mark.parametrize(
+    ("pattern", "matching", "not_matching"),
+    [
+        ("gpt-4o", ["gpt-4o"], ["gpt-4o-mini"]),
+        ("*", ["anything", ""], []),
+        ("gpt-*", ["gpt-4o", "gpt-"], ["chatgpt"]),
+        ("*-mini", ["gpt-4o-mini"], ["mini-x"]),
+        ("*sonnet*", ["claude-sonnet-4", "sonnet"], ["opus"]),
+    ],
+)
 def test_model_globs(pattern: str, matching: list[str], not_matching: list[str]) -> None:
     glob = compile_glob(pattern)
     assert all(glob(value) for value in matching)
@@ -61,17 +81,21 @@ def test_model_globs(pattern: str, matching: list[str], not_matching: list[str])
 
 
 def test_every_clause_must_hold() -> None:
-    routes = router(route("r", {"path": "/v1/messages", "model": "m*", "header": {"X-Tier": "gold"}}),
-                    route("fallback"))
+    routes = router(
+        route("r", {"path": "/v1/messages", "model": "m*", "header": {"X-Tier": "gold"}}), route("fallback")
+    )
     assert routes.match(context(path="/v1/messages", headers={"x-tier": "gold"})).name == "r"  # type: ignore[union-attr]
     assert routes.match(context(path="/v1/messages")).name == "fallback"  # type: ignore[union-attr]
     assert routes.match(context(headers={"x-tier": "gold"})).name == "fallback"  # type: ignore[union-attr]
 
 
 def test_most_specific_scope_wins_and_ties_go_to_config_order() -> None:
-    routes = router(route("open"), route("team", {"scope": {"team": "red"}}),
-                    route("team-env", {"scope": {"team": "red", "env": "prod"}}),
-                    route("team-again", {"scope": {"team": "red"}}))
+    routes = router(
+        route("open"),
+        route("team", {"scope": {"team": "red"}}),
+        route("team-env", {"scope": {"team": "red", "env": "prod"}}),
+        route("team-again", {"scope": {"team": "red"}}),
+    )
     assert routes.match(context(scope={"team": "red", "env": "prod"})).name == "team-env"  # type: ignore[union-attr]
     assert routes.match(context(scope={"team": "red"})).name == "team"  # type: ignore[union-attr]
     assert routes.match(context(scope={"team": "blue"})).name == "open"  # type: ignore[union-attr]
@@ -82,8 +106,9 @@ def test_no_route() -> None:
 
 
 def test_fallback_plan_and_attempts() -> None:
-    routes = router(route("r", targets="abc", retry={"triggers": ["5xx"], "max_attempts": 2, "backoff_ms": 5},
-                          timeout_ms=1500))
+    routes = router(
+        route("r", targets="abc", retry={"triggers": ["5xx"], "max_attempts": 2, "backoff_ms": 5}, timeout_ms=1500)
+    )
     plan = routes.routes[0].plan(context())
     assert [t.destination for t in plan.targets] == ["a", "b", "c"]
     assert (plan.attempts.max_attempts, plan.attempts.backoff_ms, plan.attempts.timeout_seconds) == (2, 5, 1.5)
@@ -102,9 +127,16 @@ def test_unsafe_route_plans_one_target_one_attempt() -> None:
 
 
 def test_conditional_first_holding_condition_then_default() -> None:
-    routes = router({"name": "r", "strategy": {"mode": "conditional", "conditions": [
-        {"if": {"model": "big-*"}, "target": "b"}, {"if": {"scope.team": "red"}, "target": "c"}],
-        "targets": [{"destination": "a"}, {"destination": "c", "override_params": {"seed": 1}}]}})
+    routes = router(
+        {
+            "name": "r",
+            "strategy": {
+                "mode": "conditional",
+                "conditions": [{"if": {"model": "big-*"}, "target": "b"}, {"if": {"scope.team": "red"}, "target": "c"}],
+                "targets": [{"destination": "a"}, {"destination": "c", "override_params": {"seed": 1}}],
+            },
+        }
+    )
     compiled = routes.routes[0]
     assert [t.destination for t in compiled.plan(context(model="big-1", scope={"team": "red"})).targets] == ["b"]
     (chosen,) = compiled.plan(context(scope={"team": "red"})).targets
@@ -113,8 +145,11 @@ def test_conditional_first_holding_condition_then_default() -> None:
 
 
 def test_weighted_order_distribution_and_exclusion() -> None:
-    targets = [Target(destination="a", weight=70), Target(destination="b", weight=30),
-               Target(destination="c", weight=0)]
+    targets = [
+        Target(destination="a", weight=70),
+        Target(destination="b", weight=30),
+        Target(destination="c", weight=0),
+    ]
     firsts = Counter(weighted_order(targets)[0].destination for _ in range(4000))
     assert abs(firsts["a"] - 2800) < 200 and firsts["c"] == 0
     assert sorted(t.destination for t in weighted_order(targets)) == ["a", "b"]
@@ -122,18 +157,27 @@ def test_weighted_order_distribution_and_exclusion() -> None:
 
 
 def test_params_are_applied_default_override_drop() -> None:
-    target = Target(destination="a", default_params={"temperature": 0.2, "top_p": 1},
-                    override_params={"max_tokens": 5, "seed": 3}, drop_params=["seed", "user"])
+    target = Target(
+        destination="a",
+        default_params={"temperature": 0.2, "top_p": 1},
+        override_params={"max_tokens": 5, "seed": 3},
+        drop_params=["seed", "user"],
+    )
     assert shape_params({"temperature": 0.9, "user": "u", "max_tokens": 99}, target) == {
-        "temperature": 0.9, "top_p": 1, "max_tokens": 5}
+        "temperature": 0.9,
+        "top_p": 1,
+        "max_tokens": 5,
+    }
 
 
 def identity(tmp_path: Path, **spend: Any) -> IdentityStage:
     keys = tmp_path / "keys.yaml"
-    keys.write_text(f"keys: [{{sha256: {hashlib.sha256(b'secret').hexdigest()}, principal: svc, "
-                    "scope: {team: red}}]")
-    config = Identity(scope_dims=["team", "tier"], validators=[
-        {"name": "k", "kind": "api_key", "keys_file": str(keys)}])  # type: ignore[list-item]
+    keys.write_text(
+        f"keys: [{{sha256: {hashlib.sha256(b'secret').hexdigest()}, principal: svc, scope: {{team: red}}}}]"
+    )
+    config = Identity(
+        scope_dims=["team", "tier"], validators=[{"name": "k", "kind": "api_key", "keys_file": str(keys)}]
+    )  # type: ignore[list-item]
 
     async def no_fetch(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
         raise AssertionError("api keys never fetch")
@@ -153,8 +197,9 @@ def test_api_key_identity(tmp_path: Path) -> None:
 
 def test_trusted_header_dims_fill_only_missing_verified_values(tmp_path: Path) -> None:
     stage = identity(tmp_path, trusted_header_dims=["team", "tier"])
-    principal = asyncio.run(stage.authenticate({"authorization": "Bearer secret", "x-scope-team": "blue",
-                                                "x-scope-tier": "gold"}))
+    principal = asyncio.run(
+        stage.authenticate({"authorization": "Bearer secret", "x-scope-team": "blue", "x-scope-tier": "gold"})
+    )
     assert dict(principal.scope) == {"team": "red", "tier": "gold"}
     untrusted = identity(tmp_path)
     principal = asyncio.run(untrusted.authenticate({"authorization": "Bearer secret", "x-scope-tier": "gold"}))
@@ -173,7 +218,8 @@ def test_env_vault_names_and_values(monkeypatch: pytest.MonkeyPatch) -> None:
     assert secret.scheme == "aws_sigv4" and secret.fields["access_key_id"] == "AK"
     monkeypatch.setenv("FIXED", "sk-1")
     assert EnvVault(Vault(name="x", resolver="env", env_var="FIXED", scheme="api_key")).lookup("any") == Secret(
-        "api_key", "sk-1")
+        "api_key", "sk-1"
+    )
     with pytest.raises(VaultError):
         EnvVault(Vault(name="x", resolver="env")).lookup("missing")
 
@@ -195,12 +241,24 @@ def test_http_vault_interpolates_caches_and_bounds(tmp_path: Path) -> None:
         calls.append((url, headers))
         return 200, b'{"secret": {"scheme": "bearer", "token": "sk-' + url[-1:].encode() + b'"}}'
 
-    vault = HttpVault(Vault(name="h", resolver="http", url_template="http://v/{scope.team}/{credential_id}",
-                            bearer_token_file=str(tmp_path / "token"), cache=VaultCache(max_entries=1)), fetch)
+    vault = HttpVault(
+        Vault(
+            name="h",
+            resolver="http",
+            url_template="http://v/{scope.team}/{credential_id}",
+            bearer_token_file=str(tmp_path / "token"),
+            cache=VaultCache(max_entries=1),
+        ),
+        fetch,
+    )
 
     async def scenario() -> list[Secret]:
-        return [await vault.resolve("k1", {"team": "red a"}), await vault.resolve("k1", {"team": "red a"}),
-                await vault.resolve("k2", {"team": "red a"}), await vault.resolve("k1", {"team": "red a"})]
+        return [
+            await vault.resolve("k1", {"team": "red a"}),
+            await vault.resolve("k1", {"team": "red a"}),
+            await vault.resolve("k2", {"team": "red a"}),
+            await vault.resolve("k1", {"team": "red a"}),
+        ]
 
     secrets = asyncio.run(scenario())
     assert [secret.token for secret in secrets] == ["sk-1", "sk-1", "sk-2", "sk-1"]

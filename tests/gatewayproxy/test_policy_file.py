@@ -43,15 +43,21 @@ def key() -> SigningKey:
 
 def file_source(path: Path, key: SigningKey | None, high_water: Path | None, **extra: Any) -> dict[str, Any]:
     verification: dict[str, Any] = {"public_key_pem": key.public_pem} if key else {"allow_unsigned": True}
-    source = {"name": "file", "kind": "file", "path": str(path), "verification": verification,
-              "source_id": SOURCE_ID, "reload_interval_secs": 1, **extra}
+    source = {
+        "name": "file",
+        "kind": "file",
+        "path": str(path),
+        "verification": verification,
+        "source_id": SOURCE_ID,
+        "reload_interval_secs": 1,
+        **extra,
+    }
     return {**source, "high_water_path": str(high_water)} if high_water else source
 
 
 @contextmanager
 def running(provider: FakeProvider, source: dict[str, Any], **policy: Any) -> Iterator[GatewayThread]:
-    document = gateway_document(provider, guardrail_source=source,
-                                guardrails_policy={"mode": "enforce", **policy})
+    document = gateway_document(provider, guardrail_source=source, guardrails_policy={"mode": "enforce", **policy})
     gateway = GatewayThread(document).start()
     try:
         yield gateway
@@ -59,8 +65,9 @@ def running(provider: FakeProvider, source: dict[str, Any], **policy: Any) -> It
         gateway.stop()
 
 
-def test_a_signed_bundle_replaced_by_an_older_one_is_refused(tmp_path: Path, key: SigningKey,
-                                                             primary: FakeProvider) -> None:
+def test_a_signed_bundle_replaced_by_an_older_one_is_refused(
+    tmp_path: Path, key: SigningKey, primary: FakeProvider
+) -> None:
     path, high_water = tmp_path / "bundle.jws", tmp_path / "high-water.json"
     seed_high_water(high_water, SOURCE_ID)
     path.write_text(key.sign(allow_models(2, "m-new")))
@@ -103,8 +110,7 @@ def test_a_mark_of_another_source_fails_closed(tmp_path: Path, key: SigningKey, 
         assert error_code(chat(gateway, "m")) == DENIED
 
 
-def test_an_unsigned_bundle_is_refused_unless_allowed(tmp_path: Path, key: SigningKey,
-                                                      primary: FakeProvider) -> None:
+def test_an_unsigned_bundle_is_refused_unless_allowed(tmp_path: Path, key: SigningKey, primary: FakeProvider) -> None:
     path, high_water = tmp_path / "bundle.json", tmp_path / "high-water.json"
     seed_high_water(high_water, SOURCE_ID)
     path.write_text(json.dumps(allow_models(1, "m-ok")))
@@ -133,11 +139,19 @@ def test_several_keys_verify(tmp_path: Path, key: SigningKey, primary: FakeProvi
         assert chat(gateway, "m").status_code == 200
 
 
-def test_observe_logs_what_enforce_denies(tmp_path: Path, primary: FakeProvider,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_observe_logs_what_enforce_denies(
+    tmp_path: Path, primary: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "bundle.json"
-    path.write_text(json.dumps(bundle(1, rule("blocked_terms", {"terms": ["HELLO"]}),
-                                      rule("model_allowlist", {"models": ["m"]}, action="alert"))))
+    path.write_text(
+        json.dumps(
+            bundle(
+                1,
+                rule("blocked_terms", {"terms": ["HELLO"]}),
+                rule("model_allowlist", {"models": ["m"]}, action="alert"),
+            )
+        )
+    )
     with running(primary, file_source(path, None, None), mode="observe") as observing:
         assert chat(observing, "x").status_code == 200
         metrics = observing.metrics_text
@@ -150,8 +164,9 @@ def test_observe_logs_what_enforce_denies(tmp_path: Path, primary: FakeProvider,
 
 def test_alert_rules_and_unsupported_types(tmp_path: Path, primary: FakeProvider) -> None:
     path = tmp_path / "bundle.json"
-    path.write_text(json.dumps(bundle(1, rule("model_allowlist", {"models": ["m"]}, action="alert"),
-                                      rule("brand_new_type", {}))))
+    path.write_text(
+        json.dumps(bundle(1, rule("model_allowlist", {"models": ["m"]}, action="alert"), rule("brand_new_type", {})))
+    )
     with running(primary, file_source(path, None, None)) as strict:
         assert "unsupported" in chat(strict, "m").json()["error"]["message"]
     with running(primary, file_source(path, None, None), on_unsupported_guardrail="skip_with_alert") as lenient:
@@ -206,7 +221,8 @@ def test_admin_effective_endpoint(tmp_path: Path, primary: FakeProvider) -> None
 def test_a_bad_public_key_fails_boot_naming_the_key(tmp_path: Path, primary: FakeProvider) -> None:
     path, high_water = tmp_path / "bundle.jws", tmp_path / "high-water.json"
     source = {**file_source(path, None, high_water), "verification": {"public_key_pem": "not a key"}}
-    loaded = validate_document(gateway_document(primary, guardrail_source=source,
-                                                guardrails_policy={"mode": "enforce"}))
+    loaded = validate_document(
+        gateway_document(primary, guardrail_source=source, guardrails_policy={"mode": "enforce"})
+    )
     with pytest.raises(ConfigError, match=r"guardrail_source\.verification"):
         build_state(loaded, UpstreamPool(), SharedParts(), GatewayMetrics())

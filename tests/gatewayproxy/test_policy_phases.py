@@ -20,21 +20,38 @@ from tests.gatewayproxy.policy_support import bundle, chat, error_code, gateway_
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
 INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
-RULES = (rule("tool_denylist", {"tools": ["add"]}), rule("blocked_terms", {"terms": ["forbidden"]}),
-         rule("model_allowlist", {"models": ["m"]}))
+RULES = (
+    rule("tool_denylist", {"tools": ["add"]}),
+    rule("blocked_terms", {"terms": ["forbidden"]}),
+    rule("model_allowlist", {"models": ["m"]}),
+)
 
 
 @contextmanager
-def running(provider: FakeProvider, mcp: RecordingMcpServer, tmp_path: Path, rules: tuple[dict[str, Any], ...] = RULES,
-            expires_in: float = 900, **policy: Any) -> Iterator[GatewayThread]:
+def running(
+    provider: FakeProvider,
+    mcp: RecordingMcpServer,
+    tmp_path: Path,
+    rules: tuple[dict[str, Any], ...] = RULES,
+    expires_in: float = 900,
+    **policy: Any,
+) -> Iterator[GatewayThread]:
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(bundle(1, *rules, expires_in=expires_in)))
-    document = gateway_document(provider, guardrail_source={"kind": "file", "path": str(path),
-                                                            "verification": {"allow_unsigned": True}},
-                                guardrails_policy={"mode": "enforce", **policy})
+    document = gateway_document(
+        provider,
+        guardrail_source={"kind": "file", "path": str(path), "verification": {"allow_unsigned": True}},
+        guardrails_policy={"mode": "enforce", **policy},
+    )
     document["destinations"]["notes"] = {"kind": "mcp", "url": mcp.url, "credentials": {"vault": "static"}}
-    document["routes"].insert(0, {"name": "mcp", "match": {"path": "/v1/mcp"},
-                                  "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]}})
+    document["routes"].insert(
+        0,
+        {
+            "name": "mcp",
+            "match": {"path": "/v1/mcp"},
+            "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
+        },
+    )
     gateway = GatewayThread(document).start()
     try:
         yield gateway
@@ -44,8 +61,12 @@ def running(provider: FakeProvider, mcp: RecordingMcpServer, tmp_path: Path, rul
 
 def call(gateway: GatewayThread, method: str, params: dict[str, Any], session: str | None = None) -> httpx.Response:
     headers = {"accept": ACCEPT, **({"mcp-session-id": session} if session else {})}
-    return httpx.post(f"{gateway.url}/v1/mcp", headers=headers, timeout=10,
-                      json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+    return httpx.post(
+        f"{gateway.url}/v1/mcp",
+        headers=headers,
+        timeout=10,
+        json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params},
+    )
 
 
 def tool(gateway: GatewayThread, name: str, arguments: dict[str, Any]) -> httpx.Response:
@@ -53,8 +74,7 @@ def tool(gateway: GatewayThread, name: str, arguments: dict[str, Any]) -> httpx.
     return call(gateway, "tools/call", {"name": name, "arguments": arguments}, session)
 
 
-def test_tool_calls_and_results_are_judged(primary: FakeProvider, upstream: RecordingMcpServer,
-                                           tmp_path: Path) -> None:
+def test_tool_calls_and_results_are_judged(primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path) -> None:
     with running(primary, upstream, tmp_path) as gateway:
         assert "echo: hello" in tool(gateway, "echo", {"text": "hello"}).text
         denied = tool(gateway, "add", {"a": 1, "b": 2})
@@ -65,8 +85,7 @@ def test_tool_calls_and_results_are_judged(primary: FakeProvider, upstream: Reco
         assert 'gateway_policy_decisions_total{outcome="allow",phase="tool_result"} 1.0' in metrics
 
 
-def test_left_out_phases_are_not_judged(primary: FakeProvider, upstream: RecordingMcpServer,
-                                        tmp_path: Path) -> None:
+def test_left_out_phases_are_not_judged(primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path) -> None:
     with running(primary, upstream, tmp_path, phases=["llm_request"]) as gateway:
         assert "3" in tool(gateway, "add", {"a": 1, "b": 2}).text
         assert error_code(chat(gateway, "other")) == "policy_guardrail_denied"
@@ -79,11 +98,13 @@ def test_model_answers_are_judged(primary: FakeProvider, upstream: RecordingMcpS
         assert 'gateway_policy_decisions_total{outcome="deny",phase="llm_response"} 1.0' in gateway.metrics_text
 
 
-def test_an_expired_bundle_denies_tool_calls_unless_allowed(primary: FakeProvider, upstream: RecordingMcpServer,
-                                                            tmp_path: Path) -> None:
+def test_an_expired_bundle_denies_tool_calls_unless_allowed(
+    primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path
+) -> None:
     with running(primary, upstream, tmp_path, rules=(), expires_in=-120, max_staleness_secs=60) as soft:
         assert chat(soft, "m").status_code == 200  # soft_allow_with_alert at llm_request
         assert tool(soft, "echo", {"text": "hello"}).status_code == 403  # but not at tool_call
-    with running(primary, upstream, tmp_path, rules=(), expires_in=-120, max_staleness_secs=60,
-                 on_expired="allow") as allowing:
+    with running(
+        primary, upstream, tmp_path, rules=(), expires_in=-120, max_staleness_secs=60, on_expired="allow"
+    ) as allowing:
         assert "echo: hello" in tool(allowing, "echo", {"text": "hello"}).text

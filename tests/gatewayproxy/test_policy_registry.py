@@ -42,15 +42,20 @@ def signing_key() -> SigningKey:
 
 
 @pytest.fixture(scope="module")
-def registry(django_db_setup: None, django_db_blocker: Any, signing_key: SigningKey,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def registry(
+    django_db_setup: None, django_db_blocker: Any, signing_key: SigningKey, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
     """The registry under daphne with the internal API on: its root and the service token file."""
     directory = tmp_path_factory.mktemp("registry")
     token_file, key_file = directory / "token", directory / "bundle-key.pem"
     token_file.write_text(SERVICE_TOKEN + "\n")
     key_file.write_bytes(signing_key.private_pem)
-    with django_db_blocker.unblock(), live_registry(REGISTRY_INTERNAL_TOKEN_FILE=str(token_file),
-                                                    REGISTRY_BUNDLE_SIGNING_KEY_FILE=str(key_file)) as url:
+    with (
+        django_db_blocker.unblock(),
+        live_registry(
+            REGISTRY_INTERNAL_TOKEN_FILE=str(token_file), REGISTRY_BUNDLE_SIGNING_KEY_FILE=str(key_file)
+        ) as url,
+    ):
         yield url, token_file
 
 
@@ -59,24 +64,31 @@ def workspace_session() -> tuple[Tenant, str]:
     tenant = make_tenant(f"policy-{uuid.uuid4().hex[:8]}")
     agent = tenant.client.post("/v1/agents", {"name": "a", "model": "m"}, format="json").json()
     environment = tenant.client.post("/v1/environments", {"name": "e"}, format="json").json()
-    session = tenant.client.post("/v1/sessions", {"agent": agent["id"], "environment_id": environment["id"]},
-                                 format="json").json()
+    session = tenant.client.post(
+        "/v1/sessions", {"agent": agent["id"], "environment_id": environment["id"]}, format="json"
+    ).json()
     return tenant, session["id"]
 
 
 def allow_only(tenant: Tenant, *models: str) -> Guardrail:
-    return Guardrail.objects.create(name=f"models-{uuid.uuid4().hex[:8]}", type="model_allowlist",
-                                    config={"models": list(models)}, phases=["llm_request"],
-                                    workspace_ids=[tenant.workspace.id])
+    return Guardrail.objects.create(
+        name=f"models-{uuid.uuid4().hex[:8]}",
+        type="model_allowlist",
+        config={"models": list(models)},
+        phases=["llm_request"],
+        workspace_ids=[tenant.workspace.id],
+    )
 
 
 @contextmanager
-def running(provider: FakeProvider, tmp_path: Path, workspace: str, source: dict[str, Any],
-            **sections: Any) -> Iterator[GatewayThread]:
+def running(
+    provider: FakeProvider, tmp_path: Path, workspace: str, source: dict[str, Any], **sections: Any
+) -> Iterator[GatewayThread]:
     identity = api_key_identity(tmp_path, CLIENT_KEY, "alice", {"workspace": workspace})
     policy = {"mode": "enforce", "refresh_interval_secs": 1, **sections.pop("guardrails_policy", {})}
-    document = gateway_document(provider, identity=identity, guardrail_source=source, guardrails_policy=policy,
-                                **sections)
+    document = gateway_document(
+        provider, identity=identity, guardrail_source=source, guardrails_policy=policy, **sections
+    )
     gateway = GatewayThread(document).start()
     try:
         yield gateway
@@ -93,8 +105,9 @@ def effective(gateway: GatewayThread, session_id: str) -> httpx.Response:
 
 
 @with_database
-def test_session_bundles_load_lazily_and_are_cached(registry: tuple[str, Path], workspace_session: tuple[Tenant, str],
-                                                    primary: FakeProvider, tmp_path: Path) -> None:
+def test_session_bundles_load_lazily_and_are_cached(
+    registry: tuple[str, Path], workspace_session: tuple[Tenant, str], primary: FakeProvider, tmp_path: Path
+) -> None:
     url, token_file = registry
     tenant, session_id = workspace_session
     guardrail = allow_only(tenant, "m-ok")
@@ -114,8 +127,13 @@ def test_session_bundles_load_lazily_and_are_cached(registry: tuple[str, Path], 
 
 
 @with_database
-def test_signed_registry_bundles_are_verified(registry: tuple[str, Path], workspace_session: tuple[Tenant, str],
-                                              signing_key: SigningKey, primary: FakeProvider, tmp_path: Path) -> None:
+def test_signed_registry_bundles_are_verified(
+    registry: tuple[str, Path],
+    workspace_session: tuple[Tenant, str],
+    signing_key: SigningKey,
+    primary: FakeProvider,
+    tmp_path: Path,
+) -> None:
     url, token_file = registry
     tenant, session_id = workspace_session
     allow_only(tenant, "m-ok")
@@ -130,8 +148,9 @@ def test_signed_registry_bundles_are_verified(registry: tuple[str, Path], worksp
 
 
 @pytest.mark.parametrize(("mode", "status"), [("deny", 403), ("allow", 200), ("last_known", 403)])
-def test_on_backend_error(mode: str, status: int, primary: FakeProvider, secondary: FakeProvider,
-                          tmp_path: Path) -> None:
+def test_on_backend_error(
+    mode: str, status: int, primary: FakeProvider, secondary: FakeProvider, tmp_path: Path
+) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("secret-token-xyz")
     # `secondary` answers every GET with 404: a registry that fails.
@@ -147,15 +166,23 @@ def test_on_backend_error(mode: str, status: int, primary: FakeProvider, seconda
 
 
 @with_database
-def test_redis_state_has_ttls_and_is_written_back(registry: tuple[str, Path],
-                                                  workspace_session: tuple[Tenant, str], primary: FakeProvider,
-                                                  tmp_path: Path) -> None:
+def test_redis_state_has_ttls_and_is_written_back(
+    registry: tuple[str, Path], workspace_session: tuple[Tenant, str], primary: FakeProvider, tmp_path: Path
+) -> None:
     url, token_file = registry
     tenant, session_id = workspace_session
     prefix = f"gwtest:{uuid.uuid4().hex}:"
-    state = {"name": "redis", "kind": "redis", "url": "redis://127.0.0.1:6379/0", "key_prefix": prefix,
-             "session_ttl_secs": 1000, "turn_ttl_secs": 100, "subject_day_ttl_secs": 2000,
-             "subject_minute_ttl_secs": 0, "flush_interval_ms": 100}
+    state = {
+        "name": "redis",
+        "kind": "redis",
+        "url": "redis://127.0.0.1:6379/0",
+        "key_prefix": prefix,
+        "session_ttl_secs": 1000,
+        "turn_ttl_secs": 100,
+        "subject_day_ttl_secs": 2000,
+        "subject_minute_ttl_secs": 0,
+        "flush_interval_ms": 100,
+    }
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     try:
         source = registry_source(url, token_file)
@@ -189,5 +216,8 @@ def test_write_back_needs_a_bare_service_root(tmp_path: Path, primary: FakeProvi
     source = registry_source("http://127.0.0.1:1/registry", tmp_path / "token")
     state = {"kind": "redis", "url": "redis://127.0.0.1:6379/0"}
     with pytest.raises(ConfigError, match="bare service root"):
-        validate_document(gateway_document(primary, guardrail_source=source, guardrail_state=state,
-                                           guardrails_policy={"mode": "enforce"}))
+        validate_document(
+            gateway_document(
+                primary, guardrail_source=source, guardrail_state=state, guardrails_policy={"mode": "enforce"}
+            )
+        )

@@ -26,10 +26,22 @@ from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.limits_support import poll
 
-EVERY_FIELD = Pricing(input_per_1m=1, output_per_1m=2, cache_read_per_1m=0.5, cache_write_per_1m=3,
-                      cache_write_1h_per_1m=4, reasoning_output_per_1m=5, per_request_usd=0.01)
-USAGE = Usage(input_tokens=1_000_000, output_tokens=600_000, cache_read_tokens=200_000, cache_write_tokens=100_000,
-              reasoning_tokens=100_000)
+EVERY_FIELD = Pricing(
+    input_per_1m=1,
+    output_per_1m=2,
+    cache_read_per_1m=0.5,
+    cache_write_per_1m=3,
+    cache_write_1h_per_1m=4,
+    reasoning_output_per_1m=5,
+    per_request_usd=0.01,
+)
+USAGE = Usage(
+    input_tokens=1_000_000,
+    output_tokens=600_000,
+    cache_read_tokens=200_000,
+    cache_write_tokens=100_000,
+    reasoning_tokens=100_000,
+)
 REGISTRY_PATH = "/apis/pricing.registry.local/v1/modelprices"
 
 
@@ -39,10 +51,14 @@ async def no_fetch(url: str, headers: dict[str, str], timeout: float) -> tuple[i
 
 def config(cost_model: dict[str, Any] | None = None, **destination: Any) -> dict[str, Any]:
     plugins = {"cost_model": {"name": "prices", **cost_model}} if cost_model else {}
-    return {"vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-            "destinations": {"a": {"kind": "vendor_a", "credentials": {"vault": "v"}, **destination},
-                             "b": {"kind": "vendor_b", "credentials": {"vault": "v"}}},
-            "plugins": plugins}
+    return {
+        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
+        "destinations": {
+            "a": {"kind": "vendor_a", "credentials": {"vault": "v"}, **destination},
+            "b": {"kind": "vendor_b", "credentials": {"vault": "v"}},
+        },
+        "plugins": plugins,
+    }
 
 
 def pricer(cost_model: dict[str, Any] | None = None, **destination: Any) -> Pricer:
@@ -65,13 +81,20 @@ def test_one_hour_cache_writes_have_their_own_rate() -> None:
     expected = (1_000_000 * 1 + 200_000 * 3 + 100_000 * 4) / 1e6 + 0.01
     assert usage_cost(EVERY_FIELD, usage, cache_inside_input=False) == pytest.approx(expected)
     # Without a one-hour rate they cost what other cache writes cost.
-    assert usage_cost(Pricing(input_per_1m=1, cache_write_per_1m=3), usage, cache_inside_input=False) == \
-        pytest.approx((1_000_000 * 1 + 300_000 * 3) / 1e6)
+    assert usage_cost(Pricing(input_per_1m=1, cache_write_per_1m=3), usage, cache_inside_input=False) == pytest.approx(
+        (1_000_000 * 1 + 300_000 * 3) / 1e6
+    )
 
 
 def test_messages_usage_reads_the_one_hour_cache_writes() -> None:
-    usage = messages_usage({"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 30,
-                            "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 10}})
+    usage = messages_usage(
+        {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "cache_creation_input_tokens": 30,
+            "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 10},
+        }
+    )
     assert usage == Usage(input_tokens=10, output_tokens=5, cache_write_tokens=30, cache_write_1h_tokens=10)
 
 
@@ -88,8 +111,12 @@ def test_destination_fields_override_the_cost_model_field_by_field() -> None:
     resolved = prices.resolve("a", "m")
     assert resolved is not None
     assert resolved.pricing == Pricing(input_per_1m=1, output_per_1m=9, cache_read_per_1m=0.1, per_request_usd=0.5)
-    assert resolved.sources == {"input_per_1m": "static_table:prices", "output_per_1m": "destination:a",
-                                "cache_read_per_1m": "static_table:prices", "per_request_usd": "destination:a"}
+    assert resolved.sources == {
+        "input_per_1m": "static_table:prices",
+        "output_per_1m": "destination:a",
+        "cache_read_per_1m": "static_table:prices",
+        "per_request_usd": "destination:a",
+    }
     assert prices.cost("a", "m", Usage(input_tokens=1_000_000)) == pytest.approx(1.5)
     assert prices.cost("a", "m", None) is None
 
@@ -120,14 +147,17 @@ def test_a_relative_table_file_is_found_beside_the_config(tmp_path: Path) -> Non
     (tmp_path / "prices.yaml").write_text("models:\n  m: {input_per_1m: 4, output_per_1m: 8}\n")
     document = config({"kind": "static_table", "file": "prices.yaml"})
     (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(document))
-    state = build_state(load_config_file(str(tmp_path / "gateway.yaml")), UpstreamPool(), SharedParts(),
-                        GatewayMetrics())
+    state = build_state(
+        load_config_file(str(tmp_path / "gateway.yaml")), UpstreamPool(), SharedParts(), GatewayMetrics()
+    )
     assert state.pricer.cost("a", "m", Usage(input_tokens=500_000, output_tokens=500_000)) == pytest.approx(6)
 
 
 def test_layered_first_hit_wins() -> None:
-    layers = [{"name": "mine", "kind": "static_table", "table": {"claude-sonnet": {"input_per_1m": 99}}},
-              {"name": "base", "kind": "seed"}]
+    layers = [
+        {"name": "mine", "kind": "static_table", "table": {"claude-sonnet": {"input_per_1m": 99}}},
+        {"name": "base", "kind": "seed"},
+    ]
     prices = pricer({"kind": "layered", "layers": layers})
     sonnet, four_o = prices.resolve("a", "claude-sonnet"), prices.resolve("a", "gpt-4o")
     assert sonnet is not None and sonnet.pricing.input_per_1m == 99
@@ -135,21 +165,39 @@ def test_layered_first_hit_wins() -> None:
     assert four_o is not None and four_o.pricing.input_per_1m == 2.5 and four_o.source == "layered:prices/seed:base"
 
 
-@pytest.mark.parametrize(("plugins", "problem"), [
-    ({"cost_model": {"name": "c", "kind": "static_table", "file": "x", "table": {"m": {}}}},
-     "plugins.cost_model: give `file` or `table`, not both"),
-    ({"cost_model": {"name": "c", "kind": "static_table", "table": {"m": {"inptu_per_1m": 1}}}},
-     "plugins.cost_model.table.m.inptu_per_1m: unknown key"),
-    ({"cost_model": {"name": "c", "kind": "static_table", "file": "/nonexistent/prices.yaml"}},
-     "plugins.cost_model.file: cannot read a price table from /nonexistent/prices.yaml"),
-    ({"cost_model": {"name": "c", "kind": "seed", "refresh": 1}}, "plugins.cost_model.refresh: unknown key"),
-    ({"cost_model": {"name": "c", "kind": "layered", "layers": [{"name": "s", "kind": "seed"},
-                                                               {"name": "h", "kind": "http_refresh"}]}},
-     "plugins.cost_model.layers[1].url: Field required"),
-    ({"rate_limiter": {"name": "r", "kind": "redis_window"}}, "plugins.rate_limiter.url: Field required"),
-    ({"rate_limiter": {"name": "r", "kind": "token_bucket", "url": "redis://x"}},
-     "plugins.rate_limiter.url: unknown key"),
-])
+@pytest.mark.parametrize(
+    ("plugins", "problem"),
+    [
+        (
+            {"cost_model": {"name": "c", "kind": "static_table", "file": "x", "table": {"m": {}}}},
+            "plugins.cost_model: give `file` or `table`, not both",
+        ),
+        (
+            {"cost_model": {"name": "c", "kind": "static_table", "table": {"m": {"inptu_per_1m": 1}}}},
+            "plugins.cost_model.table.m.inptu_per_1m: unknown key",
+        ),
+        (
+            {"cost_model": {"name": "c", "kind": "static_table", "file": "/nonexistent/prices.yaml"}},
+            "plugins.cost_model.file: cannot read a price table from /nonexistent/prices.yaml",
+        ),
+        ({"cost_model": {"name": "c", "kind": "seed", "refresh": 1}}, "plugins.cost_model.refresh: unknown key"),
+        (
+            {
+                "cost_model": {
+                    "name": "c",
+                    "kind": "layered",
+                    "layers": [{"name": "s", "kind": "seed"}, {"name": "h", "kind": "http_refresh"}],
+                }
+            },
+            "plugins.cost_model.layers[1].url: Field required",
+        ),
+        ({"rate_limiter": {"name": "r", "kind": "redis_window"}}, "plugins.rate_limiter.url: Field required"),
+        (
+            {"rate_limiter": {"name": "r", "kind": "token_bucket", "url": "redis://x"}},
+            "plugins.rate_limiter.url: unknown key",
+        ),
+    ],
+)
 def test_bad_plugin_options_fail_state_construction_naming_the_key(plugins: dict[str, Any], problem: str) -> None:
     document = {**config(), "plugins": plugins, "rate_limits": [{"name": "r", "qpm": 1}]}
     loaded = validate_document(document)
@@ -181,8 +229,12 @@ def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider) -> None:
         poll(lambda: len(primary.received) >= fetches + 2)
         kept = resolve(gateway, provider="vendor_a", model="m").json()
         primary.documents["/prices.json"] = {"m": {"input_per_1m": 7}}
-        changed = poll(lambda: (found := resolve(gateway, provider="vendor_a", model="m").json())["pricing"]
-                       == {"input_per_1m": 7} and found)
+        changed = poll(
+            lambda: (
+                (found := resolve(gateway, provider="vendor_a", model="m").json())["pricing"] == {"input_per_1m": 7}
+                and found
+            )
+        )
     assert first["pricing"] == {"input_per_1m": 1, "output_per_1m": 2} and first["source"] == "http_refresh:prices"
     assert kept["pricing"] == first["pricing"]
     assert changed
@@ -190,10 +242,23 @@ def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider) -> None:
 
 def test_registry_prices_are_fetched_with_the_bearer_token(primary: FakeProvider, tmp_path: Path) -> None:
     (tmp_path / "token").write_text("registry-token\n")
-    primary.documents[REGISTRY_PATH] = {"data": [
-        {"id": "1", "type": "model_price", "provider": "vendor_a", "model": "m", "input_per_1m": 2,
-         "output_per_1m": 4, "cache_read_per_1m": None, "cache_write_per_1m": None,
-         "effective_from": "2025-01-01T00:00:00Z", "created_at": "2025-01-01T00:00:00Z"}], "next_page": None}
+    primary.documents[REGISTRY_PATH] = {
+        "data": [
+            {
+                "id": "1",
+                "type": "model_price",
+                "provider": "vendor_a",
+                "model": "m",
+                "input_per_1m": 2,
+                "output_per_1m": 4,
+                "cache_read_per_1m": None,
+                "cache_write_per_1m": None,
+                "effective_from": "2025-01-01T00:00:00Z",
+                "created_at": "2025-01-01T00:00:00Z",
+            }
+        ],
+        "next_page": None,
+    }
     cost_model = {"kind": "registry", "base_url": primary.url, "bearer_token_file": str(tmp_path / "token")}
     with gateway_with(config(cost_model)) as gateway:
         found = resolve(gateway, provider="vendor_a", model="m")
@@ -215,10 +280,17 @@ def test_resolve_endpoint_answers(primary: FakeProvider) -> None:
         wrong_provider = resolve(gateway, provider="vendor_b", model="gpt-4o", destination="a")
     assert at_destination.status_code == 200
     assert at_destination.json() == {
-        "provider": "vendor_a", "model": "gpt-4o", "destination": "a", "source": "destination:a+seed:prices",
+        "provider": "vendor_a",
+        "model": "gpt-4o",
+        "destination": "a",
+        "source": "destination:a+seed:prices",
         "pricing": {"input_per_1m": 0.5, "output_per_1m": 10.0, "cache_read_per_1m": 1.25},
-        "sources": {"input_per_1m": "destination:a", "output_per_1m": "seed:prices",
-                    "cache_read_per_1m": "seed:prices"}}
+        "sources": {
+            "input_per_1m": "destination:a",
+            "output_per_1m": "seed:prices",
+            "cache_read_per_1m": "seed:prices",
+        },
+    }
     assert by_provider.json()["destination"] is None and by_provider.json()["source"] == "seed:prices"
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
     assert missing.status_code == 400 and missing.json()["error"]["code"] == "invalid_request"

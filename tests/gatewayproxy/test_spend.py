@@ -21,8 +21,13 @@ ACTUAL_COST = (11 * 1.0 + 7 * 1000.0) / 1e6
 
 
 def budget_document(provider: FakeProvider, plugins: dict[str, Any] | None = None, **limit: Any) -> dict[str, Any]:
-    return document(provider, rate_limits=[{"name": "spend", "budget_usd_per_month": 1.5, **limit}],
-                    spend=ONE_AT_A_TIME, pricing=DEAR, plugins=plugins)
+    return document(
+        provider,
+        rate_limits=[{"name": "spend", "budget_usd_per_month": 1.5, **limit}],
+        spend=ONE_AT_A_TIME,
+        pricing=DEAR,
+        plugins=plugins,
+    )
 
 
 @pytest.mark.parametrize("store", ["local", "redis"])
@@ -47,8 +52,9 @@ def test_reservation_is_reconciled_to_the_actual_cost(primary: FakeProvider, sto
         # Room for one reservation only: the next is admitted once the first is settled at its actual cost.
         second = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
     assert first.status_code == 200 and second
-    spent_before_second = 1.5 - float(second.headers["x-budget-remaining-usd"]) - \
-        (1.5 - float(first.headers["x-budget-remaining-usd"]))
+    spent_before_second = (
+        1.5 - float(second.headers["x-budget-remaining-usd"]) - (1.5 - float(first.headers["x-budget-remaining-usd"]))
+    )
     assert spent_before_second == pytest.approx(ACTUAL_COST, abs=2e-6)
 
 
@@ -63,26 +69,33 @@ def test_failed_request_releases_its_reservation(primary: FakeProvider) -> None:
 
 
 def test_daily_budget_is_enforced_too(primary: FakeProvider) -> None:
-    config = document(primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 0.5}], spend=ONE_AT_A_TIME,
-                      pricing=DEAR)
+    config = document(
+        primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 0.5}], spend=ONE_AT_A_TIME, pricing=DEAR
+    )
     with running(config) as gateway:
         refused = chat(gateway.url)
     assert refused.status_code == 429 and error_code(refused) == "budget_exceeded"
     assert 1 <= int(refused.headers["retry-after"]) <= 86_400
 
 
-@pytest.mark.parametrize(("mode", "status", "spent"), [
-    ("deny", 403, None),
-    ("estimate", 200, 0.25),
-    ("allow_untracked", 200, 0.0),
-])
+@pytest.mark.parametrize(
+    ("mode", "status", "spent"),
+    [
+        ("deny", 403, None),
+        ("estimate", 200, 0.25),
+        ("allow_untracked", 200, 0.0),
+    ],
+)
 def test_unpriced_model_modes(primary: FakeProvider, mode: str, status: int, spent: float | None) -> None:
     admission: dict[str, Any] = {"unpriced_model": mode}
     if mode == "estimate":
         admission["estimate_usd_per_request"] = 0.25
-    config = document(primary, rate_limits=[{"name": "spend", "budget_usd_per_month": 1}],
-                      spend={"headers": {"enabled": True}, "admission": admission},
-                      plugins={"cost_model": {"name": "prices", "kind": "static_table", "table": {"other": DEAR}}})
+    config = document(
+        primary,
+        rate_limits=[{"name": "spend", "budget_usd_per_month": 1}],
+        spend={"headers": {"enabled": True}, "admission": admission},
+        plugins={"cost_model": {"name": "prices", "kind": "static_table", "table": {"other": DEAR}}},
+    )
     with running(config) as gateway:
         first = chat(gateway.url)
         second = chat(gateway.url)
@@ -104,6 +117,7 @@ def test_budget_without_any_price_fails_boot_naming_the_key(primary: FakeProvide
 
 
 def test_daily_budget_is_deprecated_at_boot(primary: FakeProvider) -> None:
-    loaded = validate_document(document(primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 1}],
-                                        pricing=DEAR))
+    loaded = validate_document(
+        document(primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 1}], pricing=DEAR)
+    )
     assert any("budget_usd_per_day is deprecated" in warning for warning in loaded.warnings)

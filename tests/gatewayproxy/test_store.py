@@ -32,15 +32,18 @@ def full_document(provider: FakeProvider) -> dict[str, Any]:
         provider,
         identity={"scope_dims": ["team"]},
         spend={"key_dims": ["team"]},
-        rate_limits=[{"name": "red", "match": {"scope": {"team": "red"}}, "qpm": 10},
-                     {"name": "blue", "match": {"scope": {"team": "blue"}}, "qpm": 20}],
+        rate_limits=[
+            {"name": "red", "match": {"scope": {"team": "red"}}, "qpm": 10},
+            {"name": "blue", "match": {"scope": {"team": "blue"}}, "qpm": 20},
+        ],
         plugins={"rate_limiter": {"name": "local", "kind": "token_bucket_local"}},
         guardrails_policy={"mode": "off"},
     )
 
 
-def test_import_stores_rows_that_rebuild_the_document(db: None, tmp_path: Path, primary: FakeProvider,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_import_stores_rows_that_rebuild_the_document(
+    db: None, tmp_path: Path, primary: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
     document = full_document(primary)
     import_document(tmp_path, document)
     assert selectors.stored_document() == document
@@ -53,10 +56,12 @@ def test_import_stores_rows_that_rebuild_the_document(db: None, tmp_path: Path, 
 
 def test_relative_paths_are_stored_resolved(db: None, tmp_path: Path, primary: FakeProvider) -> None:
     (tmp_path / "vault.yaml").write_text(yaml.safe_dump({"v": "secret"}))
-    import_document(tmp_path, provider_document(primary, vaults=[{"name": "v", "resolver": "static_file",
-                                                                   "file": "vault.yaml"}]))
-    assert selectors.stored_document()["vaults"] == [{"name": "v", "resolver": "static_file",
-                                                      "file": str(tmp_path / "vault.yaml")}]
+    import_document(
+        tmp_path, provider_document(primary, vaults=[{"name": "v", "resolver": "static_file", "file": "vault.yaml"}])
+    )
+    assert selectors.stored_document()["vaults"] == [
+        {"name": "v", "resolver": "static_file", "file": str(tmp_path / "vault.yaml")}
+    ]
 
 
 def test_plugin_paths_resolve_against_the_imported_file(db: None, tmp_path: Path, primary: FakeProvider) -> None:
@@ -68,16 +73,18 @@ def test_plugin_paths_resolve_against_the_imported_file(db: None, tmp_path: Path
     import_document(tmp_path, document)
     assert selectors.config_source() == str(tmp_path / "gateway.yaml")
     assert read_validated().loaded.config.plugins.authorizers[0].name == "acl"
-    change = services.config_entry_put(key=EntryKey("plugins", "acl2", "authorizers"),
-                                       body={"kind": "yaml_acl", "file": "rules.yaml"})
+    change = services.config_entry_put(
+        key=EntryKey("plugins", "acl2", "authorizers"), body={"kind": "yaml_acl", "file": "rules.yaml"}
+    )
     assert [plugin.name for plugin in change.loaded.config.plugins.authorizers] == ["acl", "acl2"]
 
 
 def test_a_bad_file_changes_nothing_and_names_the_key(db: None, tmp_path: Path, primary: FakeProvider) -> None:
     import_document(tmp_path, provider_document(primary))
     before = selectors.stored_config()
-    bad = provider_document(primary, routes=[{"name": "r", "strategy": {"mode": "fallback",
-                                                                        "targets": [{"destination": "nowhere"}]}}])
+    bad = provider_document(
+        primary, routes=[{"name": "r", "strategy": {"mode": "fallback", "targets": [{"destination": "nowhere"}]}}]
+    )
     with pytest.raises(CommandError, match=r"routes\[0\]\.strategy\.targets\[0\]\.destination"):
         import_document(tmp_path, bad)
     assert selectors.stored_config() == before
@@ -99,15 +106,21 @@ def test_entry_writes_validate_the_whole_document(db: None, tmp_path: Path, prim
     assert [route["name"] for route in selectors.stored_document()["routes"]] == ["gpt"]
 
 
-def test_rungateway_database_workers_serve_and_converge(transactional_db: None, tmp_path: Path,
-                                                         primary: FakeProvider) -> None:
+def test_rungateway_database_workers_serve_and_converge(
+    transactional_db: None, tmp_path: Path, primary: FakeProvider
+) -> None:
     listen, admin = f"127.0.0.1:{live.free_port()}", f"127.0.0.1:{live.free_port()}"
     document = provider_document(primary, server={"listen": listen, "admin_listen": admin})
     document["routes"][0]["match"] = {"model": "m"}
     import_document(tmp_path, document)
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "settings.base", "DATABASE_URL": live.test_database_url()}
-    process = subprocess.Popen([sys.executable, "manage.py", "rungateway", "--database", "--workers", "2"],
-                               cwd=PROJECT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "rungateway", "--database", "--workers", "2"],
+        cwd=PROJECT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
     def status_of(model: str) -> int:
         with httpx.Client() as fresh:  # a new connection, so either worker may take it

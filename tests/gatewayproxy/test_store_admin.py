@@ -39,8 +39,10 @@ def form_errors(response: Any) -> str:
 def test_an_invalid_route_is_refused_with_the_reason(staff: Client) -> None:
     response = staff.post("/admin/store/route/add/", {"name": "bad", "body": to("nowhere")})
     assert response.status_code == 200
-    assert "routes[1].strategy.targets[0].destination: destination &#x27;nowhere&#x27; is not declared" in \
-        response.content.decode()
+    assert (
+        "routes[1].strategy.targets[0].destination: destination &#x27;nowhere&#x27; is not declared"
+        in response.content.decode()
+    )
     assert "destination 'nowhere' is not declared" in form_errors(response)
     assert selectors.config_version() == 1 and not Route.objects.filter(name="bad").exists()
 
@@ -54,8 +56,9 @@ def test_a_valid_route_is_saved_and_moves_the_version(staff: Client) -> None:
 
 def test_renaming_a_destination_still_in_use_is_refused(staff: Client) -> None:
     destination = Destination.objects.get(name="one")
-    response = staff.post(f"/admin/store/destination/{destination.pk}/change/",
-                          {"name": "uno", "body": json.dumps(destination.body)})
+    response = staff.post(
+        f"/admin/store/destination/{destination.pk}/change/", {"name": "uno", "body": json.dumps(destination.body)}
+    )
     assert response.status_code == 200
     assert "destinations.one: still referenced by route 'all'" in form_errors(response)
     assert Destination.objects.get(pk=destination.pk).name == "one" and selectors.config_version() == 1
@@ -77,7 +80,8 @@ def test_deleting_an_unused_route_moves_the_version(staff: Client) -> None:
 
 
 def test_a_plugin_is_added_in_its_slot(staff: Client) -> None:
-    response = staff.post("/admin/store/plugininstance/add/", {"slot": "audit_sinks", "name": "a",
-                                                                "body": json.dumps({"kind": "noop"})})
+    response = staff.post(
+        "/admin/store/plugininstance/add/", {"slot": "audit_sinks", "name": "a", "body": json.dumps({"kind": "noop"})}
+    )
     assert response.status_code == 302
     assert selectors.stored_document()["plugins"] == {"audit_sinks": [{"name": "a", "kind": "noop"}]}

@@ -50,8 +50,7 @@ def until(condition: object, timeout: float = 10.0) -> float:
     return time.monotonic() - started
 
 
-def test_a_write_on_one_replica_reaches_the_other(replicas: tuple[BuiltGatewayThread, BuiltGatewayThread]) \
-        -> None:
+def test_a_write_on_one_replica_reaches_the_other(replicas: tuple[BuiltGatewayThread, BuiltGatewayThread]) -> None:
     first, second = replicas
     assert status_of(second, "new") == 404
     assert httpx.put(f"{first.admin_url}/admin/v1/routes/new", json=ROUTE).status_code == 200
@@ -64,13 +63,15 @@ def test_a_write_on_one_replica_reaches_the_other(replicas: tuple[BuiltGatewayTh
 
 
 def test_an_invalid_stored_config_keeps_the_last_good_snapshot(
-        replicas: tuple[BuiltGatewayThread, BuiltGatewayThread], caplog: pytest.LogCaptureFixture) -> None:
+    replicas: tuple[BuiltGatewayThread, BuiltGatewayThread], caplog: pytest.LogCaptureFixture
+) -> None:
     first, _ = replicas
     assert first.gateway.runtime is not None and first.gateway.database is not None
     serving = first.gateway.runtime.state
     # A row written around the services (by hand, or by an older release) that no longer validates.
-    Route.objects.filter(name="all").update(body={"strategy": {"mode": "fallback",
-                                                               "targets": [{"destination": "gone"}]}})
+    Route.objects.filter(name="all").update(
+        body={"strategy": {"mode": "fallback", "targets": [{"destination": "gone"}]}}
+    )
     ConfigVersion.objects.filter(pk=1).update(number=F("number") + 1)
     with caplog.at_level(logging.WARNING, logger="gatewayproxy.store"):
         until(lambda: "config version 2 is invalid" in caplog.text)

@@ -65,8 +65,13 @@ class Collector:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def spans(self) -> list[Any]:
-        return [span for request in self.requests for resource in request.resource_spans
-                for scope in resource.scope_spans for span in scope.spans]
+        return [
+            span
+            for request in self.requests
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        ]
 
 
 @pytest.fixture
@@ -81,14 +86,22 @@ def attributes(span: Any) -> dict[str, Any]:
     values = {}
     for attribute in span.attributes:
         value = attribute.value
-        values[attribute.key] = value.int_value if value.HasField("int_value") else (
-            value.double_value if value.HasField("double_value") else value.string_value)
+        values[attribute.key] = (
+            value.int_value
+            if value.HasField("int_value")
+            else (value.double_value if value.HasField("double_value") else value.string_value)
+        )
     return values
 
 
 def test_otlp_exports_a_span_per_request(collector: Collector, primary: FakeProvider) -> None:
-    exporter = {"name": "otel", "kind": "otlp", "endpoint": collector.url, "batch_delay_ms": 50,
-                "service_name": "gw-test"}
+    exporter = {
+        "name": "otel",
+        "kind": "otlp",
+        "endpoint": collector.url,
+        "batch_delay_ms": 50,
+        "service_name": "gw-test",
+    }
     gateway = GatewayThread(gateway_document(primary, plugins={"trace_exporters": [exporter]})).start()
     try:
         assert chat(gateway, "m", "client-secret-key").status_code == 200
@@ -113,16 +126,20 @@ def test_otlp_exports_a_span_per_request(collector: Collector, primary: FakeProv
 def write_signer(directory: Path) -> tuple[Path, Path]:
     key = Ed25519PrivateKey.generate()
     private, public = directory / "signer.pem", directory / "signer.pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return private, public
 
 
 def tape_document(provider: FakeProvider, tape: Path, private: Path) -> dict[str, Any]:
-    plugins = {"signers": [{"name": "local", "kind": "ed25519_local", "private_key_file": str(private)}],
-               "trace_exporters": [{"name": "tape", "kind": "signed_tape", "path": str(tape)}]}
+    plugins = {
+        "signers": [{"name": "local", "kind": "ed25519_local", "private_key_file": str(private)}],
+        "trace_exporters": [{"name": "tape", "kind": "signed_tape", "path": str(tape)}],
+    }
     return gateway_document(provider, plugins=plugins)
 
 
@@ -171,14 +188,22 @@ def test_verifytape_exits_non_zero_naming_the_line(tmp_path: Path, primary: Fake
     serve_requests(tape_document(primary, tape, private), 2)
     lines = tape.read_text().splitlines()
     tape.write_text(lines[0] + "\n" + lines[1].replace('"model": "m"', '"model": "x"') + "\n")
-    finished = subprocess.run([sys.executable, "manage.py", "verifytape", str(tape), "--public-key", str(public)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    finished = subprocess.run(
+        [sys.executable, "manage.py", "verifytape", str(tape), "--public-key", str(public)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert finished.returncode != 0 and "line 2" in finished.stderr
 
 
 def test_a_tape_needs_a_signer(tmp_path: Path, primary: FakeProvider) -> None:
-    document = gateway_document(primary, plugins={"trace_exporters": [
-        {"name": "tape", "kind": "signed_tape", "path": str(tmp_path / "tape.jsonl")}]})
+    document = gateway_document(
+        primary,
+        plugins={"trace_exporters": [{"name": "tape", "kind": "signed_tape", "path": str(tmp_path / "tape.jsonl")}]},
+    )
     with pytest.raises(ConfigError, match=r"plugins\.trace_exporters\[0\]\.signer"):
         build_state(validate_document(document), UpstreamPool(), SharedParts(), GatewayMetrics())
     document["plugins"]["trace_exporters"][0]["colour"] = "blue"

@@ -23,11 +23,27 @@ from tests.gatewayproxy.sinks_support import HI, RecordingProcessor, metric, sta
 from tests.live import free_port
 
 pytestmark = pytest.mark.e2e
-RECORD = {"request_id": "req_1", "ts": "2030-01-01T00:00:00.000+00:00", "kind": "chat", "principal": "alice",
-          "scope": {"team": "red"}, "route": "r", "destination": "d", "provider": "vendor_a", "model": None,
-          "input_tokens": 11, "output_tokens": 7, "cache_read_tokens": 0, "cache_write_tokens": 0,
-          "reasoning_tokens": 0, "cost_usd": None, "status": 200, "latency_ms": 1.5, "streamed": False,
-          "tags": {}}
+RECORD = {
+    "request_id": "req_1",
+    "ts": "2030-01-01T00:00:00.000+00:00",
+    "kind": "chat",
+    "principal": "alice",
+    "scope": {"team": "red"},
+    "route": "r",
+    "destination": "d",
+    "provider": "vendor_a",
+    "model": None,
+    "input_tokens": 11,
+    "output_tokens": 7,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "reasoning_tokens": 0,
+    "cost_usd": None,
+    "status": 200,
+    "latency_ms": 1.5,
+    "streamed": False,
+    "tags": {},
+}
 
 
 def test_json_encoding() -> None:
@@ -55,17 +71,30 @@ def test_avro_encoding_registers_the_schema_and_uses_the_wire_format() -> None:
 
 def test_unreachable_broker_spools(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> None:
     spool = tmp_path / "spool"
-    sink = {"name": "stream", "kind": "kafka", "bootstrap_servers": [f"127.0.0.1:{free_port()}"],
-            "topic": "usage", "flush_interval_ms": 0, "write_timeout_ms": 1000,
-            "spool": {"directory": str(spool), "retry_interval_ms": 60000}}
-    document = two_shapes(static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary,
-                          plugins={"usage_sinks": [sink]})
+    sink = {
+        "name": "stream",
+        "kind": "kafka",
+        "bootstrap_servers": [f"127.0.0.1:{free_port()}"],
+        "topic": "usage",
+        "flush_interval_ms": 0,
+        "write_timeout_ms": 1000,
+        "spool": {"directory": str(spool), "retry_interval_ms": 60000},
+    }
+    document = two_shapes(
+        static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary, plugins={"usage_sinks": [sink]}
+    )
     gateway = GatewayThread(document).start()
     try:
-        sent = [httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI}
-                           ).headers["x-request-id"] for _ in range(3)]
-        wait_until(lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="stream",
-                                  outcome="spooled") == 3, what="the records spooled")
+        sent = [
+            httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI}).headers[
+                "x-request-id"
+            ]
+            for _ in range(3)
+        ]
+        wait_until(
+            lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="stream", outcome="spooled") == 3,
+            what="the records spooled",
+        )
     finally:
         gateway.stop()
     spooled = [json.loads(line) for path in spool.glob("*.jsonl") for line in path.read_text().splitlines()]

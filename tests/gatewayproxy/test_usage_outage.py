@@ -55,6 +55,7 @@ class CuttableProxy:
 
     def cut(self) -> None:
         """Stop listening and abort every forwarded connection."""
+
         async def cut() -> None:
             assert self.server is not None
             self.server.close()
@@ -92,9 +93,16 @@ def proxy() -> Iterator[CuttableProxy]:
 
 
 def gateway_document(provider: FakeProvider, proxy_port: int, table: str, spool: Path) -> dict[str, Any]:
-    sink = {"name": "ledger", "kind": "postgres", "table": table, "flush_interval_ms": 0,
-            "dsn": f"postgresql://postgres@127.0.0.1:{proxy_port}/postgres", "connect_timeout_ms": 1000,
-            "write_timeout_ms": 2000, "spool": {"directory": str(spool), "retry_interval_ms": 200}}
+    sink = {
+        "name": "ledger",
+        "kind": "postgres",
+        "table": table,
+        "flush_interval_ms": 0,
+        "dsn": f"postgresql://postgres@127.0.0.1:{proxy_port}/postgres",
+        "connect_timeout_ms": 1000,
+        "write_timeout_ms": 2000,
+        "spool": {"directory": str(spool), "retry_interval_ms": 200},
+    }
     return {
         "server": {"listen": f"127.0.0.1:{free_port()}", "admin_listen": f"127.0.0.1:{free_port()}"},
         "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
@@ -110,8 +118,12 @@ class GatewayProcess:
     def __init__(self, config: Path, log: Path) -> None:
         self.document = yaml.safe_load(config.read_text())
         self.log = log.open("ab")
-        self.process = subprocess.Popen([sys.executable, "manage.py", "rungateway", "--config", str(config)],
-                                        cwd=PROJECT, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "rungateway", "--config", str(config)],
+            cwd=PROJECT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         self.url = f"http://{self.document['server']['listen']}"
         self.admin = f"http://{self.document['server']['admin_listen']}"
         wait_until(self._ready, timeout=30, what="the gateway to be ready")
@@ -143,7 +155,8 @@ def spooled_lines(spool: Path) -> int:
 
 
 def test_every_request_arrives_exactly_once_after_a_kill_during_the_outage(
-        tmp_path: Path, primary: FakeProvider, proxy: CuttableProxy) -> None:
+    tmp_path: Path, primary: FakeProvider, proxy: CuttableProxy
+) -> None:
     spool = tmp_path / "spool"
     with scratch_table() as table:
         config = tmp_path / "gateway.yaml"

@@ -20,9 +20,13 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
-    document = two_shapes(static_vault(tmp_path, {"a": "key-a", "b": "key-b"}), primary, secondary,
-                          plugins={"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
-                          spend={"request_tag_allowlist": ["team", "Project"]})
+    document = two_shapes(
+        static_vault(tmp_path, {"a": "key-a", "b": "key-b"}),
+        primary,
+        secondary,
+        plugins={"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
+        spend={"request_tag_allowlist": ["team", "Project"]},
+    )
     running = GatewayThread(document).start()
     yield running
     running.stop()
@@ -37,9 +41,11 @@ class StdoutRecords:
 
     def of(self, request_id: str) -> dict[str, Any]:
         """The record of one request, waiting for it."""
+
         def found() -> dict[str, Any] | None:
-            self.lines += [json.loads(line) for line in self.capsys.readouterr().out.splitlines()
-                           if line.startswith("{")]
+            self.lines += [
+                json.loads(line) for line in self.capsys.readouterr().out.splitlines() if line.startswith("{")
+            ]
             return next((record for record in self.lines if record["request_id"] == request_id), None)
 
         record: dict[str, Any] = wait_until(found, what=f"the usage record of {request_id}")
@@ -47,23 +53,57 @@ class StdoutRecords:
 
 
 def test_plain_request_record(gateway: GatewayThread, capsys: pytest.CaptureFixture[str]) -> None:
-    response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-large", "messages": HI},
-                          headers={"x-gateway-tag-team": "red", "x-gateway-tag-unlisted": "no"})
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "a-large", "messages": HI},
+        headers={"x-gateway-tag-team": "red", "x-gateway-tag-unlisted": "no"},
+    )
     assert response.status_code == 200
     record = StdoutRecords(capsys).of(response.headers["x-request-id"])
-    assert {key: record[key] for key in ("kind", "principal", "route", "destination", "provider", "model",
-                                         "input_tokens", "output_tokens", "cache_read_tokens",
-                                         "cache_write_tokens", "reasoning_tokens", "cost_usd", "status",
-                                         "streamed", "tags", "scope")} == {
-        "kind": "chat", "principal": "anonymous", "route": "to_a", "destination": "shape_a",
-        "provider": "vendor_a", "model": "a-large", "input_tokens": 11, "output_tokens": 7,
-        "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0, "cost_usd": None, "status": 200,
-        "streamed": False, "tags": {"team": "red"}, "scope": {}}
+    assert {
+        key: record[key]
+        for key in (
+            "kind",
+            "principal",
+            "route",
+            "destination",
+            "provider",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cost_usd",
+            "status",
+            "streamed",
+            "tags",
+            "scope",
+        )
+    } == {
+        "kind": "chat",
+        "principal": "anonymous",
+        "route": "to_a",
+        "destination": "shape_a",
+        "provider": "vendor_a",
+        "model": "a-large",
+        "input_tokens": 11,
+        "output_tokens": 7,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 0,
+        "cost_usd": None,
+        "status": 200,
+        "streamed": False,
+        "tags": {"team": "red"},
+        "scope": {},
+    }
     assert record["latency_ms"] > 0 and record["ts"].endswith("+00:00")
 
 
-def test_streamed_request_is_counted_without_asking_for_usage(gateway: GatewayThread,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_streamed_request_is_counted_without_asking_for_usage(
+    gateway: GatewayThread, capsys: pytest.CaptureFixture[str]
+) -> None:
     body = {"model": "a-large", "messages": HI, "stream": True, "metadata": {"project": "apollo", "x": "y"}}
     with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body) as response:
         events = response.read().decode()

@@ -30,10 +30,13 @@ MAX_EVENTS = 5
 SERVED = 12
 
 
-def gateway_with(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, sink: dict[str, Any]) \
-        -> GatewayThread:
-    document = two_shapes(static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary,
-                          plugins={"usage_sinks": [{"name": "ledger", "kind": "postgres", **sink}]})
+def gateway_with(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, sink: dict[str, Any]) -> GatewayThread:
+    document = two_shapes(
+        static_vault(tmp_path, {"a": "k", "b": "k"}),
+        primary,
+        secondary,
+        plugins={"usage_sinks": [{"name": "ledger", "kind": "postgres", **sink}]},
+    )
     return GatewayThread(document).start()
 
 
@@ -45,14 +48,21 @@ def spooled_lines(spool: Path) -> int:
     return sum(len(path.read_text().splitlines()) for path in spool.glob("*.jsonl"))
 
 
-def test_a_full_spool_drops_and_counts_without_blocking(tmp_path: Path, primary: FakeProvider,
-                                                        secondary: FakeProvider,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_full_spool_drops_and_counts_without_blocking(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
     unreachable = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     spool = tmp_path / "spool"
-    gateway = gateway_with(tmp_path, primary, secondary, {
-        "dsn": unreachable, "flush_interval_ms": 0,
-        "spool": {"directory": str(spool), "max_events": MAX_EVENTS, "retry_interval_ms": 60000}})
+    gateway = gateway_with(
+        tmp_path,
+        primary,
+        secondary,
+        {
+            "dsn": unreachable,
+            "flush_interval_ms": 0,
+            "spool": {"directory": str(spool), "max_events": MAX_EVENTS, "retry_interval_ms": 60000},
+        },
+    )
     try:
         with caplog.at_level(logging.WARNING, logger="gatewayproxy.sinks"), httpx.Client() as client:
             durations = []
@@ -61,8 +71,10 @@ def test_a_full_spool_drops_and_counts_without_blocking(tmp_path: Path, primary:
                 response = client.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI})
                 durations.append(time.perf_counter() - started)
                 assert response.status_code == 200
-            wait_until(lambda: outcome(gateway, "spooled") + outcome(gateway, "dropped") == SERVED,
-                       what="every record spooled or dropped")
+            wait_until(
+                lambda: outcome(gateway, "spooled") + outcome(gateway, "dropped") == SERVED,
+                what="every record spooled or dropped",
+            )
         assert (outcome(gateway, "spooled"), outcome(gateway, "dropped")) == (MAX_EVENTS, SERVED - MAX_EVENTS)
         assert metric(gateway.metrics_text, "gateway_sink_spool_events", sink="ledger") == MAX_EVENTS
         assert max(durations) < 0.5
@@ -73,13 +85,20 @@ def test_a_full_spool_drops_and_counts_without_blocking(tmp_path: Path, primary:
         gateway.stop()
 
 
-def test_close_flushes_the_queue_to_the_sink(tmp_path: Path, primary: FakeProvider,
-                                             secondary: FakeProvider) -> None:
+def test_close_flushes_the_queue_to_the_sink(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> None:
     with scratch_table() as table:
-        gateway = gateway_with(tmp_path, primary, secondary, {
-            "dsn": POSTGRES_DSN, "table": table, "flush_interval_ms": 60000, "close_timeout_ms": 3000})
-        sent = [httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI}
-                           ).headers["x-request-id"] for _ in range(3)]
+        gateway = gateway_with(
+            tmp_path,
+            primary,
+            secondary,
+            {"dsn": POSTGRES_DSN, "table": table, "flush_interval_ms": 60000, "close_timeout_ms": 3000},
+        )
+        sent = [
+            httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI}).headers[
+                "x-request-id"
+            ]
+            for _ in range(3)
+        ]
         assert ledger_rows(table) == []
         started = time.perf_counter()
         gateway.stop()
@@ -87,12 +106,21 @@ def test_close_flushes_the_queue_to_the_sink(tmp_path: Path, primary: FakeProvid
         assert sorted(row["request_id"] for row in ledger_rows(table)) == sorted(sent)
 
 
-def test_close_spools_the_queue_while_the_sink_is_down(tmp_path: Path, primary: FakeProvider,
-                                                       secondary: FakeProvider) -> None:
+def test_close_spools_the_queue_while_the_sink_is_down(
+    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     spool = tmp_path / "spool"
-    gateway = gateway_with(tmp_path, primary, secondary, {
-        "dsn": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", "flush_interval_ms": 60000,
-        "close_timeout_ms": 2000, "spool": {"directory": str(spool), "retry_interval_ms": 60000}})
+    gateway = gateway_with(
+        tmp_path,
+        primary,
+        secondary,
+        {
+            "dsn": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres",
+            "flush_interval_ms": 60000,
+            "close_timeout_ms": 2000,
+            "spool": {"directory": str(spool), "retry_interval_ms": 60000},
+        },
+    )
     for _ in range(3):
         httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI})
     started = time.perf_counter()

@@ -43,8 +43,17 @@ def test_apis_lists_exactly_the_configured_groups(api, settings):
     assert_error(api.get("/apis/cloud.ext.example.com/v1"), 404, "not_found_error")
 
 
-def test_no_groups_by_default(api):
-    assert api.get("/apis").json()["groups"] == []
+def test_policy_and_pricing_are_served_by_default(api):
+    names = [group["name"] for group in api.get("/apis").json()["groups"]]
+    assert names == ["policy.registry.local", "pricing.registry.local"]
+    assert api.get("/apis/pricing.registry.local/v1").status_code == 200
+    assert_error(api.get("/apis/runtime.registry.local/v1"), 404, "not_found_error")
+
+
+def test_the_setting_narrows_the_groups(api, settings):
+    settings.REGISTRY_EXTENSION_GROUPS = ["pricing"]
+    assert [group["name"] for group in api.get("/apis").json()["groups"]] == ["pricing.registry.local"]
+    assert_error(api.get("/apis/policy.registry.local/v1"), 404, "not_found_error")
 
 
 def test_readyz_is_503_when_the_database_is_unreachable_or_unmigrated():

@@ -5,6 +5,9 @@ from __future__ import annotations
 import anthropic
 import pytest
 
+from registry.runtime.credentials import bearer_for
+from registry.vaults.models import VaultCredential
+from registry.vaults.services import secret_of
 from tests.conftest import make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,3 +91,72 @@ def test_environments_through_reference_client(sdk):
     assert deleted.id == environment.id and deleted.type == "environment_deleted"
     with pytest.raises(anthropic.NotFoundError):
         sdk.beta.environments.retrieve(environment.id)
+
+
+def test_vault_credentials_update_in_every_reference_shape(sdk):
+    vault = sdk.beta.vaults.create(display_name="keys")
+    url = "https://mcp.example.com/mcp"
+    bearer = sdk.beta.vaults.credentials.create(
+        vault.id, auth={"type": "static_bearer", "token": "old-token", "mcp_server_url": url}
+    )
+    sdk.beta.vaults.credentials.update(bearer.id, vault_id=vault.id, auth={"type": "static_bearer", "token": "new"})
+    workspace_id = VaultCredential.objects.get(pk=bearer.id).workspace_id
+    assert bearer_for(workspace_id=workspace_id, vault_ids=[vault.id], server_url=url) == "new"
+    assert sdk.beta.vaults.credentials.retrieve(bearer.id, vault_id=vault.id).auth.mcp_server_url == url
+
+    oauth = sdk.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "mcp_oauth",
+            "access_token": "a1",
+            "mcp_server_url": "https://other.example.com/mcp",
+            "refresh": {
+                "client_id": "c",
+                "refresh_token": "r1",
+                "token_endpoint": "https://id.example.com/token",
+                "token_endpoint_auth": {"type": "client_secret_post", "client_secret": "s1"},
+                "scope": "read",
+            },
+        },
+    )
+    sdk.beta.vaults.credentials.update(
+        oauth.id,
+        vault_id=vault.id,
+        auth={
+            "type": "mcp_oauth",
+            "access_token": "a2",
+            "refresh": {"scope": "", "token_endpoint_auth": {"type": "client_secret_basic", "client_secret": "s2"}},
+        },
+    )
+    stored = VaultCredential.objects.get(pk=oauth.id)
+    assert secret_of(stored, "access_token") == "a2" and secret_of(stored, "refresh.refresh_token") == "r1"
+    assert secret_of(stored, "refresh.token_endpoint_auth.client_secret") == "s2"
+    assert stored.auth["refresh"]["token_endpoint_auth"]["type"] == "client_secret_post"  # the method stays
+    assert stored.auth["refresh"]["scope"] == "" and stored.auth["refresh"]["client_id"] == "c"
+
+    variable = sdk.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "API_TOKEN",
+            "secret_value": "v1",
+            "networking": {"type": "unrestricted"},
+        },
+    )
+    sdk.beta.vaults.credentials.update(
+        variable.id,
+        vault_id=vault.id,
+        auth={"type": "environment_variable", "secret_value": "v2", "injection_location": {"body": True}},
+    )
+    stored = VaultCredential.objects.get(pk=variable.id)
+    assert secret_of(stored, "secret_value") == "v2" and stored.auth["secret_name"] == "API_TOKEN"
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.vaults.credentials.update(
+            variable.id,
+            vault_id=vault.id,
+            auth={"type": "environment_variable", "injection_location": {"body": False, "header": False}},
+        )
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.vaults.credentials.update(
+            bearer.id, vault_id=vault.id, auth={"type": "static_bearer", "mcp_server_url": "https://x.example.com"}
+        )
