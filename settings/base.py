@@ -219,6 +219,12 @@ REGISTRY_API_KEY_CACHE_SECONDS = float(env_str("REGISTRY_API_KEY_CACHE_SECONDS",
 # Where the session runtime sends model calls (normally the gateway's data-plane root).
 REGISTRY_MODEL_BASE_URL = env_str("REGISTRY_MODEL_BASE_URL", "http://127.0.0.1:8080")
 REGISTRY_MODEL_API_KEY = env_str("REGISTRY_MODEL_API_KEY")
+# How model calls authenticate to the gateway: `jwt` (a short-lived token the registry signs, with the
+# session's workspace and session as claims; keys at /.well-known/jwks.json) or `api_key` (the static key).
+REGISTRY_MODEL_AUTH = env_str("REGISTRY_MODEL_AUTH", "jwt")
+REGISTRY_RUNTIME_TOKEN_SECONDS = env_int("REGISTRY_RUNTIME_TOKEN_SECONDS", 300)
+REGISTRY_RUNTIME_TOKEN_ISSUER = env_str("REGISTRY_RUNTIME_TOKEN_ISSUER", "agent-registry")
+REGISTRY_RUNTIME_TOKEN_AUDIENCE = env_str("REGISTRY_RUNTIME_TOKEN_AUDIENCE", "ai-gateway")
 # Exceptions to the runtime's ban on non-public addresses for client-supplied URLs (MCP servers, OAuth
 # token endpoints): comma-separated `host`, `host:port` or CIDR entries (tests, private deployments).
 REGISTRY_EGRESS_ALLOW = env_str("REGISTRY_EGRESS_ALLOW")

@@ -10,6 +10,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from registry.core.errors import ErrorType, json_error
+from registry.internal.views import JwksView
 
 urlpatterns = [
     path("", include("registry.discovery.urls")),
@@ -24,6 +25,7 @@ urlpatterns = [
     path("v1/", include("registry.skills.urls")),
     path("", include("registry.extensions.urls")),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
+    path(".well-known/jwks.json", JwksView.as_view(), name="jwks"),
     path("admin/", admin.site.urls),
 ]
 

@@ -1,4 +1,5 @@
-"""GuardrailState (per session, written back by gateways) and UsageRecord (deduplicated by request id)."""
+"""GuardrailState (per session, written back by gateways), UsageRecord (deduplicated by request id), and
+SigningKey (the keys that sign the runtime's model-call tokens, published as a JWKS for gateways)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,16 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return self.request_id
+
+
+class SigningKey(models.Model):
+    """An ES256 key of the registry; the private half is sealed at rest, the public half is published."""
+
+    kid = models.CharField(max_length=64, primary_key=True)
+    sealed_private_key = models.TextField()
+    public_jwk = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.kid

@@ -1,4 +1,5 @@
-"""Reads for gateways: the session-scoped guardrail bundle, plain or as an ES256 JWS."""
+"""Reads for gateways: the session-scoped guardrail bundle (plain or as an ES256 JWS), and the JWKS that
+verifies the runtime's model-call tokens."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import jwt
 from django.conf import settings
 from django.utils import timezone
 
+from registry.core.secrets import unseal
 from registry.core.serialization import timestamp
 from registry.extensions.selectors import guardrails_for_workspace, render_guardrail
+from registry.internal.models import SigningKey
 from registry.sessions.models import Session
 
 
@@ -40,3 +43,13 @@ def signed(bundle: dict[str, Any]) -> str | None:
         return None
     headers = {"kid": settings.REGISTRY_BUNDLE_KEY_ID, "typ": "guardrail-bundle+jws"}
     return jwt.encode(bundle, Path(key_file).read_text(), algorithm="ES256", headers=headers)
+
+
+def jwks_document() -> dict[str, Any]:
+    """The public keys that verify the runtime's model-call tokens (`/.well-known/jwks.json`)."""
+    return {"keys": [key.public_jwk for key in SigningKey.objects.filter(retired_at__isnull=True).order_by("kid")]}
+
+
+def signing_private_key(key: SigningKey) -> str:
+    """The PEM private key of a signing key, for the runtime's use only."""
+    return unseal(key.sealed_private_key, context=f"signing-key:{key.kid}")

@@ -1,16 +1,24 @@
-"""Writes from gateways: guardrail state write-back and usage ingestion (idempotent on request id)."""
+"""Writes from gateways (guardrail state write-back, usage ingestion idempotent on request id), and the
+registry's signing keys for the runtime's model-call tokens."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from django.db import transaction
 from django.utils import timezone
 
 from registry.core.errors import invalid_request
-from registry.internal.models import GuardrailState, UsageRecord
+from registry.core.secrets import seal
+from registry.internal.models import GuardrailState, SigningKey, UsageRecord
 from registry.sessions.models import Session
 
 
@@ -54,3 +62,29 @@ def usage_ingest(*, records: list[dict[str, Any]]) -> tuple[int, int]:
     fresh = [row for request_id, row in rows.items() if request_id not in seen]
     UsageRecord.objects.bulk_create(fresh, ignore_conflicts=True)  # a concurrent replay loses the race quietly
     return len(fresh), len(records) - len(fresh)
+
+
+def signing_key_ensure() -> SigningKey:
+    """The newest active signing key, generated (P-256, private half sealed) when there is none."""
+    current = SigningKey.objects.filter(retired_at__isnull=True).order_by("-created_at").first()
+    if current is not None:
+        return current
+    private_key = ec.generate_private_key(ec.SECP256R1())
+    public_jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(private_key.public_key()))
+    kid = jwk_thumbprint(public_jwk)
+    pem = private_key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+    key, _ = SigningKey.objects.get_or_create(
+        kid=kid,
+        defaults={
+            "sealed_private_key": seal(pem, context=f"signing-key:{kid}"),
+            "public_jwk": {**public_jwk, "kid": kid, "use": "sig", "alg": "ES256"},
+        },
+    )
+    return key
+
+
+def jwk_thumbprint(public_jwk: dict[str, Any]) -> str:
+    """The RFC 7638 thumbprint of an EC public key: the key id."""
+    members = {name: public_jwk[name] for name in ("crv", "kty", "x", "y")}
+    canonical = json.dumps(members, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical).digest()).rstrip(b"=").decode()

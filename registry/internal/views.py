@@ -1,4 +1,4 @@
-"""Internal endpoints: the guardrail bundle, guardrail-state write-back, usage ingestion."""
+"""Internal endpoints: the guardrail bundle, guardrail-state write-back, usage ingestion; the public JWKS."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
+from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -85,3 +86,15 @@ class UsageIngestView(InternalView):
             raise invalid_request("records: must be a list of usage record objects.")
         accepted, duplicates = services.usage_ingest(records=records)
         return Response({"accepted": accepted, "duplicates": duplicates})
+
+
+class JwksView(APIView):
+    """`/.well-known/jwks.json`: the public keys of the runtime's model-call tokens (public, unauthenticated)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    renderer_classes = [FastJSONRenderer]
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request) -> Response:
+        return Response(selectors.jwks_document(), headers={"cache-control": "max-age=60"})

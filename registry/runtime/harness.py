@@ -24,6 +24,7 @@ from registry.runtime import context, mcp_client, outcomes
 from registry.runtime.budget import BudgetMeter
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.credentials import bearer_for
+from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError, ModelResponse, request_options
 from registry.runtime.previews import PreviewPublisher
@@ -120,8 +121,17 @@ def fail_turn(lease: Lease, message: str, *, retry: str) -> None:
 class SessionRunner:
     """Works through one leased session's pending events, one turn boundary at a time."""
 
-    def __init__(self, *, lease: Lease, model: ModelClient, config: RuntimeSettings, stopping: threading.Event) -> None:
+    def __init__(
+        self,
+        *,
+        lease: Lease,
+        model: ModelClient,
+        identity: ModelCallIdentity,
+        config: RuntimeSettings,
+        stopping: threading.Event,
+    ) -> None:
         self.lease = lease
+        self.identity = identity
         self.session_id = lease.session_id
         self.fence = lease.fence
         self.model = model
@@ -358,9 +368,12 @@ class SessionRunner:
     def _stream(self, request: dict[str, Any]) -> ModelResponse:
         previews = PreviewPublisher(self.session_id, self.checkpoint)
         connection.close()  # no connection is held while the model writes
-        response = self.model.stream(request, previews)
+        response = self.model.stream(request, previews, self._auth())
         response.event_ids = previews.event_ids
         return response
+
+    def _auth(self) -> dict[str, str]:
+        return self.identity.headers(workspace_id=self.workspace_id, session_id=self.session_id)
 
     def _call_model(self, attempt: Callable[[], ModelResponse]) -> ModelResponse:
         """One model call with retries and backoff (status `rescheduling` while waiting to retry)."""
@@ -443,7 +456,7 @@ class SessionRunner:
             window=self.window,
             max_tokens=context.output_budget(self.window, self.config.max_tokens),
         )
-        summary = self._call_model(lambda: self._wait_for(lambda: self.model.create(request))).text()
+        summary = self._call_model(lambda: self._wait_for(lambda: self.model.create(request, self._auth()))).text()
         self._emit(context.COMPACTED_TYPE, {"summary": summary, "first_kept_event_id": events[cut].id})
 
     # -- tools ---------------------------------------------------------------------------------
@@ -511,7 +524,7 @@ class SessionRunner:
         request = outcomes.grading_request(
             model=self.model_id, outcome=definition, messages=messages, max_tokens=self.config.max_tokens
         )
-        response = self._call_model(lambda: self._wait_for(lambda: self.model.create(request)))
+        response = self._call_model(lambda: self._wait_for(lambda: self.model.create(request, self._auth())))
         verdict, explanation = outcomes.parse_verdict(response.text())
         result = outcomes.label(verdict, iteration=iteration + 1, max_iterations=definition["max_iterations"])
         end = {

@@ -209,11 +209,9 @@ def parse_tool_input(raw: str) -> dict[str, Any] | None:
 class ModelClient:
     """One HTTP client for a worker's model calls."""
 
-    def __init__(self, *, base_url: str, api_key: str, config: RuntimeSettings, pool_size: int = 10) -> None:
+    def __init__(self, *, base_url: str, config: RuntimeSettings, pool_size: int = 10) -> None:
         self.url = base_url.rstrip("/") + "/v1/messages"
         self.headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
-        if api_key:
-            self.headers["authorization"] = f"Bearer {api_key}"
         timeout = httpx.Timeout(config.model_timeout_seconds, connect=10.0)
         limits = httpx.Limits(max_connections=pool_size + 4, max_keepalive_connections=pool_size)
         self.http = httpx.Client(timeout=timeout, limits=limits)
@@ -221,11 +219,12 @@ class ModelClient:
     def close(self) -> None:
         self.http.close()
 
-    def stream(self, body: dict[str, Any], observer: StreamObserver) -> ModelResponse:
-        """A streaming call; the observer's checkpoint runs after every stream event."""
+    def stream(self, body: dict[str, Any], observer: StreamObserver, auth: dict[str, str]) -> ModelResponse:
+        """A streaming call; the observer's checkpoint runs after every stream event. `auth`: the
+        session's credential headers (registry.runtime.identity)."""
         accumulator = StreamAccumulator(observer)
         try:
-            headers = {**self.headers, **beta_headers(body)}
+            headers = {**self.headers, **beta_headers(body), **auth}
             with self.http.stream("POST", self.url, json={**body, "stream": True}, headers=headers) as answer:
                 if answer.status_code >= 400:
                     detail = answer.read().decode(errors="replace")
@@ -242,10 +241,10 @@ class ModelClient:
             ) from None
         return accumulator.result()
 
-    def create(self, body: dict[str, Any]) -> ModelResponse:
-        """A non-streaming call (the outcome grader's)."""
+    def create(self, body: dict[str, Any], auth: dict[str, str]) -> ModelResponse:
+        """A non-streaming call (the outcome grader's, compaction summaries)."""
         try:
-            headers = {**self.headers, **beta_headers(body)}
+            headers = {**self.headers, **beta_headers(body), **auth}
             answer = self.http.post(self.url, json={**body, "stream": False}, headers=headers)
         except httpx.HTTPError as error:
             raise transport_error(error) from error

@@ -28,6 +28,7 @@ from django.db import close_old_connections, connection
 
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.harness import SessionRunner, WorkerStopping, fail_turn
+from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost, claim_batch
 from registry.runtime.model import ModelClient
 from registry.runtime.wakeups import NotificationListener, can_listen
@@ -53,12 +54,8 @@ class Worker:
         self.owner = worker_id()
         self.stopping = threading.Event()
         self.wake = threading.Event()
-        self.model = ModelClient(
-            base_url=settings.REGISTRY_MODEL_BASE_URL,
-            api_key=settings.REGISTRY_MODEL_API_KEY,
-            config=config,
-            pool_size=config.concurrency,
-        )
+        self.model = ModelClient(base_url=settings.REGISTRY_MODEL_BASE_URL, config=config, pool_size=config.concurrency)
+        self.identity = ModelCallIdentity()
         self.keeper = LeaseKeeper(owner=self.owner, seconds=config.lease_seconds)
         self.runners: dict[str, SessionRunner] = {}
         self.runners_lock = threading.Lock()
@@ -139,7 +136,9 @@ class Worker:
 
     def _start(self, pool: ThreadPoolExecutor, claim: Claim) -> None:
         lease = self.keeper.hold(claim)
-        runner = SessionRunner(lease=lease, model=self.model, config=self.config, stopping=self.stopping)
+        runner = SessionRunner(
+            lease=lease, model=self.model, identity=self.identity, config=self.config, stopping=self.stopping
+        )
         with self.runners_lock:
             self.runners[lease.session_id] = runner
         self.sessions_run += 1

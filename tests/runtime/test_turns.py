@@ -7,6 +7,8 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
+import jwt
 import pytest
 
 from tests.runtime import fake_model as replies
@@ -40,7 +42,12 @@ def test_text_turn(model, open_session):
     assert stop_reasons(events) == ["end_turn"]
 
     request = model.requests[0]
-    assert request.headers["authorization"] == "Bearer test-model-key"
+    token = request.headers["authorization"].removeprefix("Bearer ")
+    keys = jwt.PyJWKSet.from_dict(httpx.get(f"{str(chat.sdk.base_url).rstrip('/')}/.well-known/jwks.json").json())
+    key = keys[jwt.get_unverified_header(token)["kid"]]
+    claims = jwt.decode(token, key=key, algorithms=["ES256"], audience="ai-gateway", issuer="agent-registry")
+    assert claims["session"] == chat.session_id and claims["workspace"].startswith("wsp_")
+    assert claims["exp"] - claims["iat"] == 300
     assert request.body["model"] == MODEL and request.body["stream"] is True
     # Prompt-cache breakpoints: the system prompt, and the end of the transcript prefix.
     breakpoint_ = {"type": "ephemeral"}

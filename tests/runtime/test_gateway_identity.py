@@ -1,0 +1,94 @@
+"""Registry sessions through a real gateway: the model call's JWT names the workspace and session, which the
+gateway verifies against the registry's JWKS and applies (usage records, per-workspace limits)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from registry.runtime.identity import ModelCallIdentity
+from registry.sessions.models import Session
+from tests.gatewayproxy.harness import GatewayThread
+from tests.runtime import fake_model as replies
+from tests.runtime.fake_model import FakeModel
+from tests.runtime.helpers import LiveRegistry, of_type, text_of, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+QPM_PER_WORKSPACE = 2
+
+
+def gateway_document(registry_url: str, model_url: str) -> dict[str, Any]:
+    return {
+        "identity": {
+            "scope_dims": ["workspace", "session"],
+            "validators": [
+                {
+                    "name": "registry",
+                    "kind": "jwt",
+                    "jwks_url": f"{registry_url}/.well-known/jwks.json",
+                    "issuers": ["agent-registry"],
+                    "audiences": ["ai-gateway"],
+                    "scope_from": {"jwt_claims": {"workspace": "workspace", "session": "session"}},
+                }
+            ],
+        },
+        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
+        "destinations": {"model": {"kind": "vendor_b", "base_url": model_url, "credentials": {"vault": "v"}}},
+        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "model"}]}}],
+        "rate_limits": [{"name": "per-workspace", "qpm": QPM_PER_WORKSPACE}],
+        "spend": {"key_dims": ["workspace"]},
+        "plugins": {"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
+    }
+
+
+@pytest.fixture
+def gateway(registry: LiveRegistry, fake_model: FakeModel) -> Iterator[GatewayThread]:
+    running = GatewayThread(gateway_document(registry.url, fake_model.url)).start()
+    yield running
+    running.stop()
+
+
+def usage_records(capsys: pytest.CaptureFixture[str], seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen += [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return seen
+
+
+def test_a_sessions_model_call_carries_its_workspace_and_session(
+    model, open_session, workers, start_worker, gateway, capsys
+):
+    model.add(replies.text("hello through the gateway"))
+    chat = open_session()
+    workers.pause()
+    chat.processes.append(start_worker(REGISTRY_MODEL_BASE_URL=gateway.url))
+    chat.say("hi")
+    events = chat.wait_idle()
+    assert [text_of(event) for event in of_type(events, "agent.message")] == ["hello through the gateway"]
+
+    seen: list[dict[str, Any]] = []
+    wait_until(lambda: bool(usage_records(capsys, seen)), what="the gateway's usage record")
+    [record] = seen
+    workspace_id = Session.objects.get(pk=chat.session_id).workspace_id
+    assert record["scope"] == {"workspace": workspace_id, "session": chat.session_id}
+    assert record["status"] == 200 and record["streamed"] is True
+    # Upstream, the gateway's own provider credential replaces the registry's token.
+    assert not model.requests[0].headers.get("authorization", "").startswith("Bearer ey")
+
+
+def test_a_per_workspace_limit_refuses_only_the_bursting_workspace(model, gateway):
+    identity = ModelCallIdentity()  # signs with the key the live registry publishes (same database)
+    quiet = identity.headers(workspace_id="wsp_quiet", session_id="sesn_quiet")
+    bursting = identity.headers(workspace_id="wsp_burst", session_id="sesn_burst")
+    model.add(*[replies.text("ok") for _ in range(QPM_PER_WORKSPACE + 1)])
+    body = {"model": "claude-test-model", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+
+    def send(headers: dict[str, str]) -> int:
+        return httpx.post(f"{gateway.url}/v1/messages", json=body, headers=headers, timeout=10).status_code
+
+    burst = [send(bursting) for _ in range(QPM_PER_WORKSPACE + 1)]
+    assert burst == [200] * QPM_PER_WORKSPACE + [429]
+    assert send(quiet) == 200
+    assert send({"authorization": "Bearer not-a-registry-token"}) == 401
