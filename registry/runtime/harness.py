@@ -324,9 +324,11 @@ class SessionRunner:
             self._emit_error(kind, UNAPPLIED_INTERRUPT, retry="exhausted")
 
     # -- writes (all fenced) ---------------------------------------------------------------------
-    def _emit(self, event_type: str, body: dict[str, Any], event_id: str | None = None) -> SessionEvent:
+    def _emit(
+        self, event_type: str, body: dict[str, Any], event_id: str | None = None, *, flush: bool = True
+    ) -> SessionEvent:
         return services.event_emit(
-            session_id=self.session_id, type=event_type, body=body, event_id=event_id, fence=self.fence
+            session_id=self.session_id, type=event_type, body=body, event_id=event_id, fence=self.fence, flush=flush
         )
 
     def _emit_error(self, kind: str, message: str, *, retry: str, **fields: Any) -> None:
@@ -367,10 +369,16 @@ class SessionRunner:
 
     def _stream(self, request: dict[str, Any]) -> ModelResponse:
         previews = PreviewPublisher(self.session_id, self.checkpoint)
+        auth = self._auth()  # may read the signing key: before the connection is given back
         connection.close()  # no connection is held while the model writes
-        response = self.model.stream(request, previews, self._auth())
+        response = self.model.stream(request, previews, auth)
         response.event_ids = previews.event_ids
         return response
+
+    def _create(self, request: dict[str, Any]) -> ModelResponse:
+        """A non-streaming model call that an interrupt abandons (compaction summaries, the grader)."""
+        auth = self._auth()
+        return self._wait_for(lambda: self.model.create(request, auth))
 
     def _auth(self) -> dict[str, str]:
         return self.identity.headers(workspace_id=self.workspace_id, session_id=self.session_id)
@@ -379,7 +387,7 @@ class SessionRunner:
         """One model call with retries and backoff (status `rescheduling` while waiting to retry)."""
         for number in range(1, self.config.model_attempts + 1):
             self.lease.check()
-            start = self._emit("span.model_request_start", {})
+            start = self._emit("span.model_request_start", {}, flush=False)
             try:
                 response = attempt()
             except TurnInterrupted:
@@ -456,7 +464,7 @@ class SessionRunner:
             window=self.window,
             max_tokens=context.output_budget(self.window, self.config.max_tokens),
         )
-        summary = self._call_model(lambda: self._wait_for(lambda: self.model.create(request, self._auth()))).text()
+        summary = self._call_model(lambda: self._create(request)).text()
         self._emit(context.COMPACTED_TYPE, {"summary": summary, "first_kept_event_id": events[cut].id})
 
     # -- tools ---------------------------------------------------------------------------------
@@ -524,7 +532,7 @@ class SessionRunner:
         request = outcomes.grading_request(
             model=self.model_id, outcome=definition, messages=messages, max_tokens=self.config.max_tokens
         )
-        response = self._call_model(lambda: self._wait_for(lambda: self.model.create(request, self._auth())))
+        response = self._call_model(lambda: self._create(request))
         verdict, explanation = outcomes.parse_verdict(response.text())
         result = outcomes.label(verdict, iteration=iteration + 1, max_iterations=definition["max_iterations"])
         end = {

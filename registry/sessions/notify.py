@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
 
@@ -38,19 +37,59 @@ def register_consumer_loop() -> None:
         _consumer_loop = asyncio.get_running_loop()
 
 
+class _Publisher:
+    """Sends wake-ups and deltas in order from one coroutine on an event loop, so a writer never waits
+    for the channel layer. Its own background loop, or the consumers' loop for the in-memory layer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.loop = loop or self._background_loop()
+        self.queue: asyncio.Queue[tuple[Any, str, dict[str, Any]]] | None = None
+        self.loop.call_soon_threadsafe(self._start)
+
+    @staticmethod
+    def _background_loop() -> asyncio.AbstractEventLoop:
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="channel-publisher", daemon=True).start()
+        return loop
+
+    def _start(self) -> None:
+        self.queue = asyncio.Queue()
+        self.drain = asyncio.ensure_future(self._drain())
+
+    def put(self, layer: Any, session_id: str, message: dict[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(lambda: self.queue.put_nowait((layer, session_id, message)))  # type: ignore[union-attr]
+
+    async def _drain(self) -> None:
+        assert self.queue is not None
+        while True:
+            layer, session_id, message = await self.queue.get()
+            try:
+                await layer.group_send(group_name(session_id), message)
+            except Exception as error:  # only a wake-up: streams fall back to their database timer
+                logger.warning("channel layer unavailable for %s: %s", session_id, type(error).__name__)
+
+
+_publishers: dict[int, _Publisher] = {}
+
+
+def _publisher_for(loop: asyncio.AbstractEventLoop | None) -> _Publisher:
+    with _loop_lock:
+        key = id(loop)
+        publisher = _publishers.get(key)
+        if publisher is None or publisher.loop.is_closed():
+            publisher = _publishers[key] = _Publisher(loop)
+        return publisher
+
+
 def _send(session_id: str, message: dict[str, Any]) -> None:
+    """Queue a message for the channel layer, in order, without waiting for it."""
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
-        loop = _consumer_loop
-        if loop is not None and loop.is_running() and layer.__class__.__name__ == "InMemoryChannelLayer":
-            # The in-memory layer's queues belong to the consumers' loop: send there, not in a new one.
-            asyncio.run_coroutine_threadsafe(layer.group_send(group_name(session_id), message), loop).result(5)
-        else:
-            async_to_sync(layer.group_send)(group_name(session_id), message)
-    except Exception as error:  # the layer is only a wake-up: streams fall back to their database timer
-        logger.warning("channel layer unavailable for %s: %s", session_id, type(error).__name__)
+    loop = _consumer_loop
+    in_memory = loop is not None and loop.is_running() and layer.__class__.__name__ == "InMemoryChannelLayer"
+    # The in-memory layer's queues belong to the consumers' loop; any other layer: a loop of our own.
+    _publisher_for(loop if in_memory else None).put(layer, session_id, message)
 
 
 def add_local_runtime_listener(listener: Callable[[str], None]) -> None:

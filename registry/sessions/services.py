@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -350,9 +350,23 @@ def events_acknowledge(*, session_id: str, event_ids: Iterable[str], fence: Fenc
 
 @transaction.atomic
 def event_emit(
-    *, session_id: str, type: str, body: dict[str, Any], event_id: str | None = None, fence: Fence | None = None
+    *,
+    session_id: str,
+    type: str,
+    body: dict[str, Any],
+    event_id: str | None = None,
+    fence: Fence | None = None,
+    flush: bool = True,
 ) -> SessionEvent:
-    """Append a visible event produced by the session (`agent.*`, `session.*`, `span.*`)."""
+    """Append a visible event produced by the session (`agent.*`, `session.*`, `span.*`).
+
+    `flush=False` (PostgreSQL) commits without waiting for the WAL flush: for markers whose loss in a
+    crash costs nothing (the span opening a model call). The next ordinary commit flushes it too, so
+    the log never has a gap: a crash can only lose the tail that this event ends.
+    """
+    if not flush and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
     seq = _next_seq(session_id, fence)
     now = timezone.now()
     event = SessionEvent(session_id=session_id, seq=seq, type=type, body=body, processed_at=now)
