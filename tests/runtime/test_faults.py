@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from registry.sessions.models import Session
 from tests.runtime import fake_model as replies
 from tests.runtime.helpers import of_type, stop_reasons, text_of, wait_until
 
@@ -162,3 +163,28 @@ def test_archiving_mid_turn_stops_the_worker(model, open_session):
     assert events[-1]["type"] == "session.status_terminated"
     assert of_type(events, "agent.message") == [] and stop_reasons(events) == []
     assert chat.session()["status"] == "terminated" and len(model.requests) == 1
+
+
+def test_a_turn_whose_workers_died_too_often_ends_with_an_error(model, open_session):
+    chat = open_session()
+    # As if three workers had died in this turn: the next claim is the fourth (the poll finds it).
+    Session.objects.filter(pk=chat.session_id).update(status="running", turn_attempts=3)
+    events = chat.wait_idle()
+    [error] = of_type(events, "session.error")
+    assert error["error"]["retry_status"] == {"type": "exhausted"}
+    assert stop_reasons(events) == ["retries_exhausted"] and model.requests == []
+
+
+def test_an_interrupt_abandons_the_graders_call(model, open_session):
+    slow_grade = replies.verdict("satisfied", "Fine.")
+    slow_grade.delay = 30
+    model.add(replies.text("draft"), slow_grade)
+    chat = open_session()
+    chat.send({"type": "user.define_outcome", "description": "x", "rubric": {"type": "text", "content": "y"}})
+    wait_until(lambda: len(model.requests) == 2, what="the grader's call")
+    started = time.monotonic()
+    chat.send({"type": "user.interrupt"})
+    events = chat.wait_idle(timeout=10)
+    assert time.monotonic() - started < 5  # not the grader's 30 s
+    assert stop_reasons(events) == ["interrupted"]
+    assert chat.sdk.get(f"/v1/sessions/{chat.session_id}/outcome", cast_to=object)["result"] == "interrupted"

@@ -11,7 +11,7 @@ from django.utils import timezone
 from registry.runtime import outcomes
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.lease import LeaseKeeper, LeaseLost, claim_batch
-from registry.runtime.model import sse_events
+from registry.runtime.model import beta_headers, request_options, sse_events
 from registry.runtime.transcript import INTERRUPTED_RESULT, awaits_model, build_messages, tool_work, turn_graded
 from registry.sessions import services
 from registry.sessions.models import Session, SessionEvent
@@ -195,3 +195,31 @@ def test_terminated_sessions_are_never_claimed(session):
     services.events_append(session=session, events=[{"type": "user.message", "content": TEXT}])
     services.session_archive(session=session)
     assert claim("a") == []
+
+
+def test_long_tool_results_are_cut_in_the_middle_of_the_transcript_only():
+    long = "head " + "x" * 5000 + " tail"
+    log = [
+        event("user.message", content=TEXT),
+        event("agent.custom_tool_use", "sevt_call", name="lookup", input={}),
+        event("user.custom_tool_result", custom_tool_use_id="sevt_call", content=[{"type": "text", "text": long}]),
+    ]
+    [block] = build_messages(log, tool_result_limit=1000)[-1]["content"]
+    text = block["content"][0]["text"]
+    assert len(text) < 1100 and text.startswith("head ") and text.endswith(" tail")
+    assert "truncated; the full result is in the session's event log" in text
+    assert log[2].body["content"][0]["text"] == long  # the event itself is untouched
+
+
+def test_the_agents_model_settings_are_sent_as_the_messages_api_takes_them():
+    assert request_options({"id": "m", "effort": {"type": "high"}, "speed": "standard"}) == {}
+    fast = request_options({"id": "m", "effort": {"type": "low"}, "speed": "fast", "inference_geo": "eu"})
+    assert fast == {"output_config": {"effort": "low"}, "speed": "fast", "inference_geo": "eu"}
+    assert beta_headers(fast) == {"anthropic-beta": "fast-mode-2026-02-01"}
+
+
+def test_a_turn_claimed_too_often_is_not_claimed_as_fresh(session):
+    services.session_transition(session_id=session.id, status="running")
+    Session.objects.filter(pk=session.id).update(turn_attempts=3)
+    [claimed] = claim_batch(owner="a", seconds=30, limit=1)
+    assert claimed.attempts == 4  # the worker ends the turn instead of running it (max 3)
