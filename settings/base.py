@@ -228,6 +228,9 @@ REGISTRY_RUNTIME_TOKEN_AUDIENCE = env_str("REGISTRY_RUNTIME_TOKEN_AUDIENCE", "ai
 # Exceptions to the runtime's ban on non-public addresses for client-supplied URLs (MCP servers, OAuth
 # token endpoints): comma-separated `host`, `host:port` or CIDR entries (tests, private deployments).
 REGISTRY_EGRESS_ALLOW = env_str("REGISTRY_EGRESS_ALLOW")
+# Send the runtime's MCP calls through the gateway's MCP plane (`<REGISTRY_MODEL_BASE_URL>/v1/mcp`, the
+# server's name in `x-mcp-server`) instead of straight to the agents' MCP servers.
+REGISTRY_MCP_VIA_GATEWAY = env_bool("REGISTRY_MCP_VIA_GATEWAY", False)
 # Run the session runtime as a thread of the registry process (`manage.py up` does on SQLite).
 REGISTRY_RUNTIME_EMBEDDED = env_bool("REGISTRY_RUNTIME_EMBEDDED", False)
 # Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -474,10 +475,8 @@ class SessionRunner:
             timeout = self.config.mcp_timeout_seconds
 
             def list_tools(server_name: str, url: str) -> list[mcp_client.McpTool]:
-                bearer = self._bearer(url)
-                return self._wait_for(
-                    lambda: mcp_client.list_tools(server_name=server_name, url=url, timeout=timeout, bearer=bearer)
-                )
+                route = self._mcp_route(server_name, url)
+                return self._wait_for(lambda: mcp_client.list_tools(route, timeout=timeout))
 
             self._catalog = build_catalog(self.agent, list_tools)
             for server_name, failure in self._catalog.failures:
@@ -499,23 +498,26 @@ class SessionRunner:
         try:
             if server_name not in servers:
                 raise mcp_client.McpUnavailable(f"The agent has no MCP server named {server_name!r}.")
-            url, bearer = servers[server_name], self._bearer(servers[server_name])
+            route = self._mcp_route(server_name, servers[server_name])
             self.lease.check()
             return self._wait_for(
                 lambda: mcp_client.call_tool(
-                    server_name=server_name,
-                    url=url,
-                    name=call.body["name"],
-                    arguments=call.body["input"],
-                    timeout=self.config.mcp_timeout_seconds,
-                    bearer=bearer,
+                    route, name=call.body["name"], arguments=call.body["input"], timeout=self.config.mcp_timeout_seconds
                 )
             )
         except mcp_client.McpUnavailable as error:
             return mcp_client.McpToolOutcome(content=[{"type": "text", "text": str(error)}], is_error=True)
 
-    def _bearer(self, server_url: str) -> str | None:
-        return bearer_for(workspace_id=self.workspace_id, vault_ids=self.vault_ids, server_url=server_url)
+    def _mcp_route(self, server_name: str, url: str) -> mcp_client.McpRoute:
+        """Direct (with the session's vault token) or through the gateway (with the session's token)."""
+        via_gateway = bool(settings.REGISTRY_MCP_VIA_GATEWAY)
+        bearer = (
+            None
+            if via_gateway
+            else bearer_for(workspace_id=self.workspace_id, vault_ids=self.vault_ids, server_url=url)
+        )
+        auth = self._auth() if via_gateway else {}
+        return mcp_client.McpRoute.of(server_name=server_name, url=url, bearer=bearer, gateway_auth=auth)
 
     def _emit_tool_result(self, call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> None:
         self._emit("agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error})

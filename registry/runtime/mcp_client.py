@@ -1,7 +1,10 @@
 """Calls to an agent's MCP servers with the `mcp` SDK client over Streamable HTTP.
 
-The worker is synchronous, so each call runs its own short event loop. A bearer token from the
-session's vaults (registry.runtime.credentials) is sent as `Authorization: Bearer`; none is forwarded otherwise.
+The worker is synchronous, so each call runs its own short event loop. Direct calls send a bearer
+token from the session's vaults (registry.runtime.credentials) as `Authorization: Bearer`, and only
+to public addresses (registry.core.egress). With `REGISTRY_MCP_VIA_GATEWAY` every call goes to the
+gateway's `/v1/mcp` instead, with the session's model-call token and the server's name in
+`x-mcp-server`; the gateway's destination and its credentials then decide where it goes.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from typing import Any
 
 import httpx
 import mcp_types
+from django.conf import settings
 from mcp import Client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 from registry.core.egress import EgressRefused, check_url
+
+# The header that names the agent's MCP server to the gateway's MCP plane (routes match on it).
+MCP_SERVER_HEADER = "x-mcp-server"
 
 
 class McpUnavailable(Exception):
@@ -49,17 +56,38 @@ class McpToolOutcome:
     is_error: bool
 
 
-def list_tools(*, server_name: str, url: str, timeout: float, bearer: str | None = None) -> list[McpTool]:
+@dataclass(frozen=True)
+class McpRoute:
+    """How to reach one MCP server: straight to its URL (with the session's vault token), or through
+    the gateway's MCP plane (`REGISTRY_MCP_VIA_GATEWAY`), which picks the destination by `x-mcp-server`."""
+
+    server_name: str
+    url: str
+    headers: dict[str, str]
+    direct: bool
+
+    @classmethod
+    def of(cls, *, server_name: str, url: str, bearer: str | None, gateway_auth: dict[str, str]) -> McpRoute:
+        if settings.REGISTRY_MCP_VIA_GATEWAY:
+            gateway = settings.REGISTRY_MODEL_BASE_URL.rstrip("/") + "/v1/mcp"
+            return cls(server_name, gateway, {**gateway_auth, MCP_SERVER_HEADER: server_name}, direct=False)
+        return cls(server_name, url, {"Authorization": f"Bearer {bearer}"} if bearer else {}, direct=True)
+
+    def transport(self) -> Any:
+        if self.direct:
+            _check_destination(self.server_name, self.url)
+        if not self.headers:
+            return self.url
+        return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=self.headers))
+
+
+def list_tools(route: McpRoute, *, timeout: float) -> list[McpTool]:
     """Every tool the server lists, across pages."""
-    _check_destination(server_name, url)
-    return _run(_list_tools(server_name, _server(url, bearer), timeout), server_name, timeout)
+    return _run(_list_tools(route.server_name, route.transport(), timeout), route.server_name, timeout)
 
 
-def call_tool(
-    *, server_name: str, url: str, name: str, arguments: dict[str, Any], timeout: float, bearer: str | None = None
-) -> McpToolOutcome:
-    _check_destination(server_name, url)
-    return _run(_call_tool(_server(url, bearer), name, arguments, timeout), server_name, timeout)
+def call_tool(route: McpRoute, *, name: str, arguments: dict[str, Any], timeout: float) -> McpToolOutcome:
+    return _run(_call_tool(route.transport(), name, arguments, timeout), route.server_name, timeout)
 
 
 def _check_destination(server_name: str, url: str) -> None:
@@ -73,15 +101,6 @@ def _check_destination(server_name: str, url: str) -> None:
         raise McpUnavailable(
             f"MCP server {server_name!r} cannot be reached: its address is not one the runtime may connect to."
         ) from None
-
-
-def _server(url: str, bearer: str | None) -> Any:
-    """The URL itself, or a Streamable HTTP transport that authenticates with the vault's token."""
-    if bearer is None:
-        return url
-    return streamable_http_client(
-        url, http_client=create_mcp_http_client(headers={"Authorization": f"Bearer {bearer}"})
-    )
 
 
 def _run(coroutine: Any, server_name: str, timeout: float) -> Any:

@@ -175,9 +175,8 @@ def identity(tmp_path: Path, **spend: Any) -> IdentityStage:
     keys.write_text(
         f"keys: [{{sha256: {hashlib.sha256(b'secret').hexdigest()}, principal: svc, scope: {{team: red}}}}]"
     )
-    config = Identity(
-        scope_dims=["team", "tier"], validators=[{"name": "k", "kind": "api_key", "keys_file": str(keys)}]
-    )  # type: ignore[list-item]
+    validators: Any = [{"name": "k", "kind": "api_key", "keys_file": str(keys)}]  # validated into Validator
+    config = Identity(scope_dims=["team", "tier"], validators=validators)
 
     async def no_fetch(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
         raise AssertionError("api keys never fetch")

@@ -16,12 +16,15 @@ from tests.gatewayproxy.harness import GatewayThread
 from tests.runtime import fake_model as replies
 from tests.runtime.fake_model import FakeModel
 from tests.runtime.helpers import LiveRegistry, of_type, text_of, wait_until
+from tests.runtime.mcp_server import ShopMcpServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 QPM_PER_WORKSPACE = 2
 
 
-def gateway_document(registry_url: str, model_url: str) -> dict[str, Any]:
+def gateway_document(registry_url: str, model_url: str, mcp_url: str, *, qpm: int | None) -> dict[str, Any]:
+    """A gateway that knows the registry's sessions; `qpm`: a per-workspace request limit."""
+    shop_route = {"path": "/v1/mcp", "header": {"x-mcp-server": "shop"}}
     return {
         "identity": {
             "scope_dims": ["workspace", "session"],
@@ -37,17 +40,37 @@ def gateway_document(registry_url: str, model_url: str) -> dict[str, Any]:
             ],
         },
         "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"model": {"kind": "vendor_b", "base_url": model_url, "credentials": {"vault": "v"}}},
-        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "model"}]}}],
-        "rate_limits": [{"name": "per-workspace", "qpm": QPM_PER_WORKSPACE}],
+        "destinations": {
+            "model": {"kind": "vendor_b", "base_url": model_url, "credentials": {"vault": "v"}},
+            "shop": {"kind": "mcp", "url": mcp_url, "credentials": {"vault": "v"}},
+        },
+        "routes": [
+            {
+                "name": "shop",
+                "match": shop_route,
+                "strategy": {"mode": "fallback", "targets": [{"destination": "shop"}]},
+            },
+            {"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "model"}]}},
+        ],
+        "rate_limits": [{"name": "per-workspace", "qpm": qpm}] if qpm else [],
         "spend": {"key_dims": ["workspace"]},
         "plugins": {"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
     }
 
 
 @pytest.fixture
-def gateway(registry: LiveRegistry, fake_model: FakeModel) -> Iterator[GatewayThread]:
-    running = GatewayThread(gateway_document(registry.url, fake_model.url)).start()
+def gateway(registry: LiveRegistry, fake_model: FakeModel, shop_server: ShopMcpServer) -> Iterator[GatewayThread]:
+    running = GatewayThread(gateway_document(registry.url, fake_model.url, shop_server.url, qpm=None)).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def limited_gateway(
+    registry: LiveRegistry, fake_model: FakeModel, shop_server: ShopMcpServer
+) -> Iterator[GatewayThread]:
+    document = gateway_document(registry.url, fake_model.url, shop_server.url, qpm=QPM_PER_WORKSPACE)
+    running = GatewayThread(document).start()
     yield running
     running.stop()
 
@@ -78,7 +101,8 @@ def test_a_sessions_model_call_carries_its_workspace_and_session(
     assert not model.requests[0].headers.get("authorization", "").startswith("Bearer ey")
 
 
-def test_a_per_workspace_limit_refuses_only_the_bursting_workspace(model, gateway):
+def test_a_per_workspace_limit_refuses_only_the_bursting_workspace(model, limited_gateway):
+    gateway = limited_gateway
     identity = ModelCallIdentity()  # signs with the key the live registry publishes (same database)
     quiet = identity.headers(workspace_id="wsp_quiet", session_id="sesn_quiet")
     bursting = identity.headers(workspace_id="wsp_burst", session_id="sesn_burst")
@@ -92,3 +116,22 @@ def test_a_per_workspace_limit_refuses_only_the_bursting_workspace(model, gatewa
     assert burst == [200] * QPM_PER_WORKSPACE + [429]
     assert send(quiet) == 200
     assert send({"authorization": "Bearer not-a-registry-token"}) == 401
+
+
+def test_mcp_calls_go_through_the_gateway_when_asked(model, open_session, shop, workers, start_worker, gateway):
+    model.add(replies.tool_call("lookup_order", {"order_id": "A1"}), replies.text("shipped"))
+    # The agent names a URL nobody serves: the gateway's `shop` destination is what answers.
+    servers = [{"type": "url", "name": "shop", "url": "https://shop.invalid/mcp"}]
+    toolset = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "shop",
+        "default_config": {"permission_policy": {"type": "always_allow"}},
+    }
+    chat = open_session(mcp_servers=servers, tools=[toolset])
+    workers.pause()
+    chat.processes.append(start_worker(REGISTRY_MODEL_BASE_URL=gateway.url, REGISTRY_MCP_VIA_GATEWAY="1"))
+    chat.say("where is A1?")
+    events = chat.wait_idle()
+    [result] = of_type(events, "agent.mcp_tool_result")
+    assert result["is_error"] is False and result["content"] == [{"type": "text", "text": "order A1: shipped"}]
+    assert shop.calls == [("lookup_order", {"order_id": "A1"})]
