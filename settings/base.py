@@ -231,6 +231,15 @@ REGISTRY_EGRESS_ALLOW = env_str("REGISTRY_EGRESS_ALLOW")
 # Send the runtime's MCP calls through the gateway's MCP plane (`<REGISTRY_MODEL_BASE_URL>/v1/mcp`, the
 # server's name in `x-mcp-server`) instead of straight to the agents' MCP servers.
 REGISTRY_MCP_VIA_GATEWAY = env_bool("REGISTRY_MCP_VIA_GATEWAY", False)
+# Session sandboxes (registry/sandbox): `bwrap` or `none` (built-in tools are then not offered).
+REGISTRY_SANDBOX_BACKEND = env_str("REGISTRY_SANDBOX_BACKEND", "bwrap")
+REGISTRY_SANDBOX_ROOT = env_str("REGISTRY_SANDBOX_ROOT", str(DATA_DIR / "sandboxes"))
+REGISTRY_SANDBOX_MEMORY_MB = env_int("REGISTRY_SANDBOX_MEMORY_MB", 2048)
+REGISTRY_SANDBOX_PIDS = env_int("REGISTRY_SANDBOX_PIDS", 256)
+REGISTRY_SANDBOX_WORKSPACE_MB = env_int("REGISTRY_SANDBOX_WORKSPACE_MB", 10240)
+REGISTRY_SANDBOX_OUTPUT_LIMIT = env_int("REGISTRY_SANDBOX_OUTPUT_LIMIT", 30000)
+REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS = env_int("REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS", 120000)
+REGISTRY_SANDBOX_IDLE_SECONDS = env_int("REGISTRY_SANDBOX_IDLE_SECONDS", 600)
 # Run the session runtime as a thread of the registry process (`manage.py up` does on SQLite).
 REGISTRY_RUNTIME_EMBEDDED = env_bool("REGISTRY_RUNTIME_EMBEDDED", False)
 # Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.

@@ -29,7 +29,7 @@ from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError, ModelResponse, request_options
 from registry.runtime.previews import PreviewPublisher
-from registry.runtime.tools import ToolCatalog, build_catalog
+from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog, wants_builtin_tools
 from registry.runtime.transcript import (
     BOUNDARY_TYPES,
     TOOL_USE_TYPES,
@@ -40,6 +40,8 @@ from registry.runtime.transcript import (
     tool_work,
     turn_graded,
 )
+from registry.sandbox.backend import BwrapBackend, SandboxSpec
+from registry.sandbox.toolset import ToolOutcome, run_tool
 from registry.sessions import services
 from registry.sessions.events import NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
@@ -52,6 +54,11 @@ HARNESSES_IGNORING_INTERRUPT = ("code_harness",)
 DENIED_RESULT = "The user denied this tool call."
 UNAPPLIED_INTERRUPT = "user.interrupt is not applied on code_harness: the turn in flight runs to completion."
 CUT_TOOL_CALL = "The model's answer was cut off by max_tokens in the middle of a tool call twice; the call was not run."
+NO_SANDBOX_ERROR = "sandbox_unavailable_error"
+NO_SANDBOX = (
+    "This agent has built-in tools (bash, read, ...), but this runtime has no sandbox to run them in "
+    "(REGISTRY_SANDBOX_BACKEND=none); they are not offered to the model."
+)
 # How often a blocking call (MCP, grader) looks at its session while it waits.
 WAIT_SLICE_SECONDS = 0.05
 
@@ -130,9 +137,11 @@ class SessionRunner:
         identity: ModelCallIdentity,
         config: RuntimeSettings,
         stopping: threading.Event,
+        sandboxes: BwrapBackend | None = None,
     ) -> None:
         self.lease = lease
         self.identity = identity
+        self.sandboxes = sandboxes
         self.session_id = lease.session_id
         self.fence = lease.fence
         self.model = model
@@ -145,12 +154,15 @@ class SessionRunner:
         self._loaded = False
 
     def _load(self) -> None:
-        session = Session.objects.get(pk=self.session_id)
+        session = Session.objects.select_related("environment").get(pk=self.session_id)
         self.agent: dict[str, Any] = session.agent_snapshot
         self.workspace_id = session.workspace_id
         self.vault_ids: list[str] = list(session.vault_ids)
         self.status = session.status
         self.honors_interrupts = session.harness.get("type") not in HARNESSES_IGNORING_INTERRUPT
+        separate = session.harness.get("type") == "agent_sdk_harness" and session.harness.get("mode") == "separate"
+        # With the agent SDK harness in separate mode on a self-hosted environment the client runs them.
+        self.client_runs_builtin = separate and session.environment.config.get("type") == "self_hosted"
         self.budget = BudgetMeter.for_session(session)
         self.model_id = model_id(self.agent)
         self.window = context.context_window(self.model_id, self.config.context_tokens)
@@ -219,6 +231,9 @@ class SessionRunner:
             self.checkpoint()
             events = self._visible_events()
             work = tool_work(events)
+            if self.client_runs_builtin:
+                work.blocking += [call.id for call in work.runnable if call.type == "agent.tool_use"]
+                work.runnable = [call for call in work.runnable if call.type != "agent.tool_use"]
             if work.denied or work.runnable:
                 self._answer_tools(work.denied, work.runnable)
                 continue
@@ -432,14 +447,23 @@ class SessionRunner:
         return spoken
 
     def _emit_tool_use(self, block: dict[str, Any], catalog: ToolCatalog) -> None:
-        """A call of a known MCP tool is the runtime's; any other name is for the client to answer."""
+        """MCP and built-in tools are the runtime's (or the client's, see `client_runs_builtin`); a call of
+        a disabled built-in tool is denied at once; any other name is a custom tool for the client."""
         call = {"name": block["name"], "input": block.get("input") or {}}
-        entry = catalog.mcp.get(block["name"])
+        entry: McpEntry | BuiltinEntry | None = catalog.mcp.get(block["name"]) or catalog.builtin.get(block["name"])
+        if block["name"] in catalog.disabled_builtin:
+            denied = self._emit("agent.tool_use", {**call, "evaluated_permission": "deny", "evaluation": None})
+            message = f"The {block['name']} tool is disabled for this agent."
+            self._emit("agent.tool_result", tool_result(denied, [{"type": "text", "text": message}], is_error=True))
+            return
         if entry is None:
             self._emit("agent.custom_tool_use", call)
             return
         permission = {"evaluated_permission": entry.evaluated_permission, "evaluation": entry.evaluation()}
-        self._emit("agent.mcp_tool_use", {**call, "mcp_server_name": entry.tool.server_name, **permission})
+        if isinstance(entry, BuiltinEntry):
+            self._emit("agent.tool_use", {**call, **permission})
+        else:
+            self._emit("agent.mcp_tool_use", {**call, "mcp_server_name": entry.tool.server_name, **permission})
 
     # -- context compaction ------------------------------------------------------------------
     def _compact(self, events: list[SessionEvent], compactions: int) -> None:
@@ -478,7 +502,9 @@ class SessionRunner:
                 route = self._mcp_route(server_name, url)
                 return self._wait_for(lambda: mcp_client.list_tools(route, timeout=timeout))
 
-            self._catalog = build_catalog(self.agent, list_tools)
+            self._catalog = build_catalog(self.agent, list_tools, builtin=self.sandboxes is not None)
+            if self.sandboxes is None and wants_builtin_tools(self.agent):
+                self._report_no_sandbox()
             for server_name, failure in self._catalog.failures:
                 self._emit_error(failure.kind, failure.message, retry="exhausted", mcp_server_name=server_name)
         return self._catalog
@@ -489,8 +515,28 @@ class SessionRunner:
             self._emit_tool_result(call, [{"type": "text", "text": message}], is_error=True)
         for call in runnable:
             self.checkpoint()
-            outcome = self._call_mcp(call)
+            outcome = self._run_builtin(call) if call.type == "agent.tool_use" else self._call_mcp(call)
             self._emit_tool_result(call, outcome.content, is_error=outcome.is_error)
+
+    def _run_builtin(self, call: SessionEvent) -> ToolOutcome:
+        """A built-in tool call in the session's sandbox; an interrupt stops the sandbox's processes."""
+        if self.sandboxes is None:
+            return ToolOutcome.text(NO_SANDBOX, is_error=True)
+        self.lease.check()
+        sandbox = self.sandboxes.ensure(SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id))
+        try:
+            return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
+        except (TurnInterrupted, LeaseLost, WorkerStopping):
+            sandbox.stop()
+            raise
+
+    def _report_no_sandbox(self) -> None:
+        """Once per session: the agent has built-in tools but this runtime cannot run them."""
+        already = SessionEvent.objects.filter(
+            session_id=self.session_id, type="session.error", body__error__type=NO_SANDBOX_ERROR
+        ).exists()
+        if not already:
+            self._emit_error(NO_SANDBOX_ERROR, NO_SANDBOX, retry="terminal")
 
     def _call_mcp(self, call: SessionEvent) -> mcp_client.McpToolOutcome:
         servers = {server["name"]: server["url"] for server in self.agent.get("mcp_servers") or []}
@@ -520,7 +566,10 @@ class SessionRunner:
         return mcp_client.McpRoute.of(server_name=server_name, url=url, bearer=bearer, gateway_auth=auth)
 
     def _emit_tool_result(self, call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> None:
-        self._emit("agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error})
+        if call.type == "agent.tool_use":
+            self._emit("agent.tool_result", tool_result(call, content, is_error=is_error))
+        else:
+            self._emit("agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error})
 
     # -- outcomes ------------------------------------------------------------------------------
     def _grade(self, outcome: SessionEvent, messages: list[dict[str, Any]], events: list[SessionEvent]) -> str:
@@ -569,6 +618,11 @@ class SessionRunner:
             if evaluation.get("result") in outcomes.IN_PROGRESS:
                 finished = {**evaluation, "result": "interrupted", "completed_at": timestamp(timezone.now())}
                 services.session_record_evaluation(session_id=self.session_id, evaluation=finished, fence=self.fence)
+
+
+def tool_result(call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> dict[str, Any]:
+    """The body of `agent.tool_result` answering a built-in tool call."""
+    return {"tool_use_id": call.id, "content": content, "is_error": is_error}
 
 
 def with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
-"""The tools a turn offers the model: the agent's custom tools and its MCP servers' tools.
+"""The tools a turn offers the model: the agent's custom tools, its built-in toolset (run in the
+session's sandbox), and its MCP servers' tools, each gated by its toolset's permission policy.
 
-Built-in toolset tools (`agent_toolset_20260401`: bash, edit, ...) run in a sandbox this runtime
-does not provide, so they are not offered. MCP tools are gated by the toolset's permission policy.
+Built-in tools are offered only when a sandbox backend is available; a disabled one is never offered.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.runtime.mcp_client import McpTool, McpUnavailable
+from registry.sandbox.toolset import BUILTIN_TOOLS, model_definition
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +38,30 @@ class McpEntry:
         return {"type": self.policy}
 
 
+@dataclass(frozen=True)
+class BuiltinEntry:
+    """A built-in tool of the agent's toolset and the policy that gates it."""
+
+    name: str
+    policy: str
+
+    @property
+    def evaluated_permission(self) -> str:
+        return "ask" if self.policy == "always_ask" else "allow"
+
+    def evaluation(self) -> dict[str, Any]:
+        if self.policy == "auto":
+            return {"type": "auto", "evaluated_permission": self.evaluated_permission}
+        return {"type": self.policy}
+
+
 @dataclass
 class ToolCatalog:
-    """Custom tools and MCP tools by the name the model sees, plus the servers that failed to list."""
+    """Custom, built-in and MCP tools by the name the model sees, plus the servers that failed to list."""
 
     custom: dict[str, dict[str, Any]] = field(default_factory=dict)
+    builtin: dict[str, BuiltinEntry] = field(default_factory=dict)
+    disabled_builtin: set[str] = field(default_factory=set)
     mcp: dict[str, McpEntry] = field(default_factory=dict)
     failures: list[tuple[str, McpUnavailable]] = field(default_factory=list)
 
@@ -51,6 +71,7 @@ class ToolCatalog:
             {"name": name, "description": tool.get("description", ""), "input_schema": tool["input_schema"]}
             for name, tool in self.custom.items()
         ]
+        tools.extend(model_definition(name) for name in self.builtin)
         tools.extend(
             {"name": name, "description": entry.tool.description, "input_schema": entry.tool.input_schema}
             for name, entry in self.mcp.items()
@@ -67,9 +88,30 @@ def tool_config(toolset: dict[str, Any], tool_name: str) -> dict[str, Any]:
     return default
 
 
-def build_catalog(agent: dict[str, Any], list_tools: ToolLister) -> ToolCatalog:
-    """List every MCP toolset's server; a server that fails is recorded and its tools left out."""
+def wants_builtin_tools(agent: dict[str, Any]) -> bool:
+    return any(tool["type"] == "agent_toolset_20260401" for tool in agent.get("tools") or [])
+
+
+def _add_builtin_tools(catalog: ToolCatalog, agent: dict[str, Any]) -> None:
+    """The agent's built-in toolset: enabled tools default to `always_allow`."""
+    for toolset in agent.get("tools") or []:
+        if toolset["type"] != "agent_toolset_20260401":
+            continue
+        for name in BUILTIN_TOOLS:
+            config = tool_config(toolset, name)
+            if config.get("enabled") is False:
+                catalog.disabled_builtin.add(name)
+                continue
+            policy = (config.get("permission_policy") or {}).get("type") or "always_allow"
+            catalog.builtin[name] = BuiltinEntry(name, policy)
+
+
+def build_catalog(agent: dict[str, Any], list_tools: ToolLister, *, builtin: bool) -> ToolCatalog:
+    """List every MCP toolset's server (one that fails is recorded, its tools left out); with `builtin`
+    (a sandbox is available) the agent's built-in toolset too."""
     catalog = ToolCatalog(custom={tool["name"]: tool for tool in agent.get("tools") or [] if tool["type"] == "custom"})
+    if builtin:
+        _add_builtin_tools(catalog, agent)
     urls = {server["name"]: server["url"] for server in agent.get("mcp_servers") or []}
     for toolset in agent.get("tools") or []:
         if toolset["type"] != "mcp_toolset" or toolset["mcp_server_name"] not in urls:
@@ -89,7 +131,7 @@ def _add_mcp_tool(catalog: ToolCatalog, toolset: dict[str, Any], tool: McpTool, 
     config = tool_config(toolset, tool.name)
     if config.get("enabled") is False:
         return
-    if tool.name in catalog.custom or tool.name in catalog.mcp:
+    if tool.name in catalog.custom or tool.name in catalog.mcp or tool.name in catalog.builtin:
         logger.warning("MCP tool %s of %s is shadowed by another tool of that name", tool.name, tool.server_name)
         return
     policy = (config.get("permission_policy") or {}).get("type") or "always_ask"

@@ -32,7 +32,9 @@ from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost, claim_batch
 from registry.runtime.model import ModelClient
 from registry.runtime.wakeups import NotificationListener, can_listen
+from registry.sandbox.backend import BwrapBackend, SandboxUnavailable, bwrap_path, make_backend
 from registry.sessions import notify
+from registry.sessions.models import Session
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,10 @@ class Worker:
         self.model = ModelClient(base_url=settings.REGISTRY_MODEL_BASE_URL, config=config, pool_size=config.concurrency)
         self.identity = ModelCallIdentity()
         self.keeper = LeaseKeeper(owner=self.owner, seconds=config.lease_seconds)
+        self.sandboxes = sandbox_backend()
         self.runners: dict[str, SessionRunner] = {}
+        # Sessions with a sandbox here that a notification named while no turn ran: maybe terminated.
+        self.ended: set[str] = set()
         self.runners_lock = threading.Lock()
         self.sessions_run = 0
 
@@ -77,6 +82,8 @@ class Worker:
         if runner is not None:
             runner.attention.set()
         else:
+            if session_id and self.sandboxes is not None and session_id in self.sandboxes.sandboxes:
+                self.ended.add(session_id)  # archived or deleted while idle? the dispatcher checks
             self.wake.set()
 
     # -- the dispatcher ------------------------------------------------------------------------
@@ -97,6 +104,7 @@ class Worker:
         try:
             while not self.stopping.is_set():
                 self.wake.clear()
+                self._tend_sandboxes()
                 free = self.config.concurrency - self._running()
                 claims = self._claim(limit=(0 if self.sessions_run else 1) if once else free)
                 for claim in claims:
@@ -119,6 +127,23 @@ class Worker:
             close_old_connections()
             logger.info("runtime worker %s stopped", self.owner)
 
+    def _tend_sandboxes(self) -> None:
+        """Stop idle sandboxes (files stay); destroy those of sessions terminated or deleted meanwhile."""
+        if self.sandboxes is None:
+            return
+        self.sandboxes.stop_idle(settings.REGISTRY_SANDBOX_IDLE_SECONDS)
+        while self.ended:
+            self._destroy_if_ended(self.ended.pop())
+
+    def _destroy_if_ended(self, session_id: str) -> None:
+        try:
+            live = Session.objects.filter(pk=session_id).exclude(status=Session.Status.TERMINATED).exists()
+        except Exception as error:  # the database is away: the next notification or the idle stop covers it
+            logger.warning("checking session %s failed: %s", session_id, error)
+            return
+        if not live and self.sandboxes is not None:
+            self.sandboxes.destroy(session_id)
+
     def _running(self) -> int:
         with self.runners_lock:
             return len(self.runners)
@@ -137,7 +162,12 @@ class Worker:
     def _start(self, pool: ThreadPoolExecutor, claim: Claim) -> None:
         lease = self.keeper.hold(claim)
         runner = SessionRunner(
-            lease=lease, model=self.model, identity=self.identity, config=self.config, stopping=self.stopping
+            lease=lease,
+            model=self.model,
+            identity=self.identity,
+            config=self.config,
+            stopping=self.stopping,
+            sandboxes=self.sandboxes,
         )
         with self.runners_lock:
             self.runners[lease.session_id] = runner
@@ -163,6 +193,8 @@ class Worker:
 
     def _finish(self, lease: Lease, left_for_another: bool) -> None:
         self.keeper.drop(lease)
+        if self.sandboxes is not None:
+            self._destroy_if_ended(lease.session_id)
         try:
             lease.release(keep_attempt=not left_for_another)
         except Exception as error:
@@ -172,3 +204,15 @@ class Worker:
                 self.runners.pop(lease.session_id, None)
             connection.close()
             self.wake.set()
+
+
+def sandbox_backend() -> BwrapBackend | None:
+    """The configured sandbox backend, or None (with one log line) when it is off or cannot start."""
+    try:
+        backend = make_backend()
+        if backend is not None:
+            bwrap_path()
+        return backend
+    except SandboxUnavailable as error:
+        logger.warning("no session sandboxes: %s; built-in tools are not offered", error)
+        return None

