@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,8 +132,9 @@ class OutputBuffer:
 class BwrapSandbox:
     """One session's sandbox: its workspace on the host and, while it runs, a persistent shell."""
 
-    def __init__(self, spec: SandboxSpec, root: Path, limits: Limits) -> None:
+    def __init__(self, spec: SandboxSpec, root: Path, limits: Limits, spawner: ThreadPoolExecutor) -> None:
         self.spec = spec
+        self.spawner = spawner
         self.limits = limits
         self.uid = host_uid(spec.session_id)
         self.workspace = root / "sessions" / spec.session_id / "workspace"
@@ -177,15 +179,19 @@ class BwrapSandbox:
         ]  # fmt: skip
 
     def spawn(self, *inner: str) -> subprocess.Popen[bytes]:
+        """Start a process in the sandbox, forked by the backend's long-lived spawner thread: bwrap's
+        `--die-with-parent` follows the thread that forked it, so a short-lived caller thread would take
+        the sandbox with it when it ends (the worker process dying still does)."""
         try:
-            return subprocess.Popen(
+            return self.spawner.submit(
+                subprocess.Popen,
                 self.command_line(*inner),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env={"PATH": SHELL_PATH},
-            )
+            ).result()
         except OSError as error:
             raise SandboxUnavailable(f"the sandbox could not start: {error}") from None
 
@@ -305,12 +311,14 @@ class BwrapBackend:
         self.limits = limits
         self.sandboxes: dict[str, BwrapSandbox] = {}
         self.lock = threading.Lock()
+        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
 
     def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
         with self.lock:
             sandbox = self.sandboxes.get(spec.session_id)
             if sandbox is None:
-                sandbox = self.sandboxes[spec.session_id] = BwrapSandbox(spec, self.root, self.limits)
+                sandbox = BwrapSandbox(spec, self.root, self.limits, self.spawner)
+                self.sandboxes[spec.session_id] = sandbox
             return sandbox
 
     def stop_idle(self, idle_seconds: float) -> None:

@@ -239,7 +239,7 @@ def test_always_ask_pauses_until_confirmed(model, open_session, shop, answer):
     assert model.requests[1].body["messages"][-1]["content"][0]["is_error"] is (answer == "deny")
 
 
-def test_toolset_default_asks_and_built_in_tools_are_not_offered(model, open_session, shop):
+def test_toolset_default_asks_and_built_in_tools_are_offered_beside_mcp_tools(model, open_session, shop):
     model.add(replies.tool_call("lookup_order", {"order_id": "C3"}))
     agent = shop_agent(shop, policy="always_ask")
     agent["tools"].append({"type": "agent_toolset_20260401"})
@@ -247,7 +247,8 @@ def test_toolset_default_asks_and_built_in_tools_are_not_offered(model, open_ses
     chat.say("where is C3?")
     events = chat.wait_idle()
     assert of_type(events, "agent.mcp_tool_use")[0]["evaluated_permission"] == "ask"
-    assert {tool["name"] for tool in model.requests[0].body["tools"]} == {"lookup_order", "cancel_order"}
+    offered = {tool["name"] for tool in model.requests[0].body["tools"]}
+    assert offered == {"lookup_order", "cancel_order", "bash", "read", "write", "edit", "glob", "grep"}
 
 
 def test_two_workers_share_sessions(model, open_session):

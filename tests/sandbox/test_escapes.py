@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def text(outcome) -> str:
 
 
 @pytest.fixture
-def canary(monkeypatch, tmp_path) -> str:
+def canary(monkeypatch, tmp_path) -> Iterator[str]:
     """A secret in this process's environment and in a host file outside any workspace."""
     secret = "canary-" + os.urandom(8).hex()
     monkeypatch.setenv("REGISTRY_CANARY_SECRET", secret)

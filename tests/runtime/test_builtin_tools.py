@@ -1,0 +1,101 @@
+"""The built-in toolset end to end: the scripted model calls tools, the runtime runs them in the
+session's sandbox, the reference client reads `agent.tool_use` / `agent.tool_result`."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from registry.sandbox.backend import host_uid
+from tests.runtime import fake_model as replies
+from tests.runtime.helpers import of_type, stop_reasons, text_of, transcript, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def toolset(*configs: dict) -> dict:
+    return {"type": "agent_toolset_20260401", "configs": list(configs)}
+
+
+def results(events: list[dict]) -> list[tuple[str, bool]]:
+    return [(result["content"][0]["text"], result["is_error"]) for result in of_type(events, "agent.tool_result")]
+
+
+def test_tools_run_in_the_sandbox_and_the_shell_persists(model, open_session):
+    model.add(
+        replies.tool_call("write", {"file_path": "notes/plan.md", "content": "step one\nstep two\n"}),
+        replies.tool_call("bash", {"command": "cd notes && export MARK=kept && wc -l < plan.md"}),
+        replies.tool_call("bash", {"command": "pwd; echo $MARK"}),
+        replies.tool_call("edit", {"file_path": "notes/plan.md", "old_string": "two", "new_string": "2"}),
+        replies.tool_call("read", {"file_path": "/workspace/notes/plan.md"}),
+        replies.tool_call("bash", {"command": "echo fresh; pwd", "restart": True}),
+        replies.text("All done."),
+    )
+    chat = open_session(tools=[toolset()])
+    chat.say("plan it")
+    events = chat.wait_idle()
+
+    uses = of_type(events, "agent.tool_use")
+    assert [use["name"] for use in uses] == ["write", "bash", "bash", "edit", "read", "bash"]
+    assert {use["evaluated_permission"] for use in uses} == {"allow"}
+    assert [result["tool_use_id"] for result in of_type(events, "agent.tool_result")] == [use["id"] for use in uses]
+    outputs = [text for text, _ in results(events)]
+    assert outputs[1] == "2\nexit code: 0"
+    assert outputs[2] == "/workspace/notes\nkept\nexit code: 0"
+    assert outputs[4] == "1\tstep one\n2\tstep 2"
+    assert outputs[5] == "fresh\n/workspace\nexit code: 0"
+    assert not any(is_error for _, is_error in results(events))
+    assert text_of(of_type(events, "agent.message")[-1]) == "All done." and stop_reasons(events) == ["end_turn"]
+    assert transcript(model.requests[2].body)[-1]["content"][0]["tool_use_id"] == uses[1]["id"]
+
+
+@pytest.mark.parametrize("answer", ["allow", "deny"])
+def test_always_ask_pauses_a_built_in_tool(model, open_session, answer):
+    model.add(replies.tool_call("bash", {"command": "echo ran > proof.txt"}), replies.text("ok"))
+    chat = open_session(tools=[toolset({"name": "bash", "permission_policy": {"type": "always_ask"}})])
+    chat.say("go")
+    events = chat.wait_idle()
+    [use] = of_type(events, "agent.tool_use")
+    assert use["evaluated_permission"] == "ask" and stop_reasons(events) == ["requires_action"]
+    chat.send({"type": "user.tool_confirmation", "tool_use_id": use["id"], "result": answer})
+    events = chat.wait_idle(2)
+    [(text, is_error)] = results(events)
+    assert is_error is (answer == "deny") and (text == "exit code: 0") is (answer == "allow")
+
+
+def test_a_disabled_tool_is_not_offered_and_a_call_to_it_is_denied(model, open_session):
+    model.add(replies.tool_call("bash", {"command": "id"}), replies.text("ok"))
+    chat = open_session(tools=[toolset({"name": "bash", "enabled": False})])
+    chat.say("go")
+    events = chat.wait_idle()
+    assert "bash" not in {tool["name"] for tool in model.requests[0].body["tools"]}
+    [use] = of_type(events, "agent.tool_use")
+    assert use["evaluated_permission"] == "deny"
+    [(text, is_error)] = results(events)
+    assert is_error and "disabled" in text
+
+
+def test_bad_tool_input_is_an_error_result_not_a_crash(model, open_session):
+    model.add(replies.tool_call("read", {"path": "x"}), replies.text("sorry"))
+    chat = open_session(tools=[toolset()])
+    chat.say("go")
+    events = chat.wait_idle()
+    [(text, is_error)] = results(events)
+    assert is_error and "file_path" in text and stop_reasons(events) == ["end_turn"]
+
+
+def test_archiving_the_session_kills_its_background_processes(model, open_session):
+    model.add(replies.tool_call("bash", {"command": "sleep 300 > /dev/null 2>&1 & echo started"}), replies.text("ok"))
+    chat = open_session(tools=[toolset()])
+    chat.say("start something")
+    events = chat.wait_idle()
+    assert results(events) == [("started\nexit code: 0", False)]
+    uid = host_uid(chat.session_id)
+
+    def sandbox_processes() -> list[str]:
+        return subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True).stdout.split()
+
+    assert sandbox_processes()
+    chat.sdk.beta.sessions.archive(chat.session_id)
+    wait_until(lambda: sandbox_processes() == [], timeout=10, what="the sandbox's processes to be gone")
