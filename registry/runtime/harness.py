@@ -40,7 +40,7 @@ from registry.runtime.transcript import (
     tool_work,
     turn_graded,
 )
-from registry.sandbox.backend import BwrapBackend, SandboxSpec
+from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxSpec
 from registry.sandbox.toolset import ToolOutcome, run_tool
 from registry.sessions import services
 from registry.sessions.events import NATIVE_BETA_FIELD
@@ -150,6 +150,7 @@ class SessionRunner:
         # Set by the worker when a notification names this session (an interrupt, an archive...).
         self.attention = threading.Event()
         self._catalog: ToolCatalog | None = None
+        self._sandbox: BwrapSandbox | None = None  # set once a turn used it: snapshot at its end
         self._last_check = time.monotonic()
         self._loaded = False
 
@@ -219,6 +220,7 @@ class SessionRunner:
             retry = "exhausted" if failure.retryable else "terminal"
             self._emit_error(failure.kind, failure.message, retry=retry)
             stop_reason = {"type": "retries_exhausted" if failure.retryable else "error"}
+        self._snapshot_sandbox()
         services.session_add_usage(
             session_id=self.session_id, usage={}, active_seconds=time.monotonic() - started, fence=self.fence
         )
@@ -524,11 +526,23 @@ class SessionRunner:
             return ToolOutcome.text(NO_SANDBOX, is_error=True)
         self.lease.check()
         sandbox = self.sandboxes.ensure(SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id))
+        self._sandbox = sandbox
         try:
             return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
         except (TurnInterrupted, LeaseLost, WorkerStopping):
             sandbox.stop()
             raise
+
+    def _snapshot_sandbox(self) -> None:
+        """After a turn that used the sandbox: its workspace to storage, so any worker can go on."""
+        if self._sandbox is None:
+            return
+        self.lease.check()
+        try:
+            self._sandbox.snapshot()
+        except OSError as error:  # the files stay here; a worker elsewhere would miss this turn's changes
+            logger.warning("snapshot of session %s failed: %s", self.session_id, error)
+        self._sandbox = None
 
     def _report_no_sandbox(self) -> None:
         """Once per session: the agent has built-in tools but this runtime cannot run them."""

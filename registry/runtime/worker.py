@@ -137,12 +137,12 @@ class Worker:
 
     def _destroy_if_ended(self, session_id: str) -> None:
         try:
-            live = Session.objects.filter(pk=session_id).exclude(status=Session.Status.TERMINATED).exists()
+            status = Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
         except Exception as error:  # the database is away: the next notification or the idle stop covers it
             logger.warning("checking session %s failed: %s", session_id, error)
             return
-        if not live and self.sandboxes is not None:
-            self.sandboxes.destroy(session_id)
+        if status in (None, Session.Status.TERMINATED) and self.sandboxes is not None:
+            self.sandboxes.destroy(session_id, forget=status is None)  # deleted: its snapshot goes too
 
     def _running(self) -> int:
         with self.runners_lock:

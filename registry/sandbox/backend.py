@@ -29,6 +29,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from registry.sandbox import snapshots
+
 SANDBOX_HOME = "/workspace"
 INSIDE_UID = 1000
 # Host uids for sessions' sandboxes: a range no account uses, one uid per session (by hash).
@@ -147,10 +149,18 @@ class BwrapSandbox:
         self._prepare_workspace()
 
     def _prepare_workspace(self) -> None:
+        """Create the workspace; a session new to this worker gets its last snapshot back first."""
+        fresh = not self.workspace.exists()
         self.workspace.mkdir(parents=True, exist_ok=True)
         os.chown(self.workspace.parent, self.uid, self.uid)
         os.chmod(self.workspace.parent, 0o700)
         os.chown(self.workspace, self.uid, self.uid)
+        if fresh:
+            snapshots.restore(self.spec.session_id, self.workspace, self.uid)
+
+    def snapshot(self) -> None:
+        with self.lock:
+            snapshots.save(self.spec.session_id, self.workspace)
 
     # -- starting processes inside ---------------------------------------------------------
     def command_line(self, *inner: str) -> list[str]:
@@ -330,13 +340,16 @@ class BwrapBackend:
             with sandbox.lock:
                 sandbox.stop()
 
-    def destroy(self, session_id: str) -> None:
+    def destroy(self, session_id: str, *, forget: bool = False) -> None:
+        """Stop the session's sandbox and remove its workspace here; `forget` deletes its snapshot too."""
         with self.lock:
             sandbox = self.sandboxes.pop(session_id, None)
         if sandbox is not None:
             sandbox.destroy()
         else:
             shutil.rmtree(self.root / "sessions" / session_id, ignore_errors=True)
+        if forget:
+            snapshots.delete(session_id)
 
 
 def make_backend() -> BwrapBackend | None:
