@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("registry", "sessions", "runtime", "gateway")
+BENCHMARKS = ("registry", "sessions", "runtime", "sandbox", "gateway")
 
 
 def main() -> None:
