@@ -240,6 +240,9 @@ REGISTRY_SANDBOX_WORKSPACE_MB = env_int("REGISTRY_SANDBOX_WORKSPACE_MB", 10240)
 REGISTRY_SANDBOX_OUTPUT_LIMIT = env_int("REGISTRY_SANDBOX_OUTPUT_LIMIT", 30000)
 REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS = env_int("REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS", 120000)
 REGISTRY_SANDBOX_IDLE_SECONDS = env_int("REGISTRY_SANDBOX_IDLE_SECONDS", 600)
+# Exceptions (`host`, `host:port`, CIDR) to the sandbox proxy's ban on loopback/private addresses; a
+# `limited` environment still needs the host in its allowed_hosts.
+REGISTRY_SANDBOX_EGRESS_ALLOW = env_str("REGISTRY_SANDBOX_EGRESS_ALLOW")
 # Run the session runtime as a thread of the registry process (`manage.py up` does on SQLite).
 REGISTRY_RUNTIME_EMBEDDED = env_bool("REGISTRY_RUNTIME_EMBEDDED", False)
 # Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -41,6 +42,7 @@ from registry.runtime.transcript import (
     turn_graded,
 )
 from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxSpec
+from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.toolset import ToolOutcome, run_tool
 from registry.sessions import services
 from registry.sessions.events import NATIVE_BETA_FIELD
@@ -164,6 +166,8 @@ class SessionRunner:
         separate = session.harness.get("type") == "agent_sdk_harness" and session.harness.get("mode") == "separate"
         # With the agent SDK harness in separate mode on a self-hosted environment the client runs them.
         self.client_runs_builtin = separate and session.environment.config.get("type") == "self_hosted"
+        mcp_hosts = tuple(urlsplit(server["url"]).hostname or "" for server in self.agent.get("mcp_servers") or [])
+        self.network = NetworkPolicy.from_environment(session.environment.config, mcp_hosts)
         self.budget = BudgetMeter.for_session(session)
         self.model_id = model_id(self.agent)
         self.window = context.context_window(self.model_id, self.config.context_tokens)
@@ -525,7 +529,9 @@ class SessionRunner:
         if self.sandboxes is None:
             return ToolOutcome.text(NO_SANDBOX, is_error=True)
         self.lease.check()
-        sandbox = self.sandboxes.ensure(SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id))
+        sandbox = self.sandboxes.ensure(
+            SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id, network=self.network)
+        )
         self._sandbox = sandbox
         try:
             return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))

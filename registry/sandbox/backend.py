@@ -29,7 +29,18 @@ from pathlib import Path
 
 from django.conf import settings
 
+from registry.core.egress import EgressRules
 from registry.sandbox import snapshots
+from registry.sandbox.egress import (
+    BRIDGE_SOURCE,
+    PROXY_ENV,
+    PROXY_PORT,
+    SOCKET_INSIDE,
+    EgressProxy,
+    NetworkPolicy,
+    chown_socket,
+    socket_path_for,
+)
 
 SANDBOX_HOME = "/workspace"
 INSIDE_UID = 1000
@@ -38,6 +49,13 @@ HOST_UID_BASE = 200_000
 HOST_UID_SPAN = 100_000
 SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/ld.so.cache", "/etc/localtime")
 SHELL_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The shell's first moments: the bridge to the egress proxy in the background ($1 is its source),
+# up to a second for it to listen, then the interactive shell itself.
+SHELL_STARTUP = (
+    'python3 -I -c "$1" </dev/null >/dev/null 2>&1 & '
+    f"for _ in $(seq 100); do (echo -n > /dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null && break; sleep 0.01; done; "
+    "exec /bin/bash --noprofile --norc"
+)
 
 
 class SandboxUnavailable(Exception):
@@ -57,6 +75,7 @@ class SandboxSpec:
     workspace_id: str
     mounts: tuple[Mount, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
 
 
 @dataclass(frozen=True)
@@ -147,6 +166,8 @@ class BwrapSandbox:
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
         self._prepare_workspace()
+        self.proxy = EgressProxy(socket_path_for(self.workspace), spec.network, sandbox_rules())
+        chown_socket(self.proxy.socket_path, self.uid)
 
     def _prepare_workspace(self) -> None:
         """Create the workspace; a session new to this worker gets its last snapshot back first."""
@@ -171,8 +192,10 @@ class BwrapSandbox:
                 binds += ["--ro-bind", path, path]
         for mount in self.spec.mounts:
             binds += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
+        binds += ["--bind", str(self.proxy.socket_path), SOCKET_INSIDE]
         env: list[str] = []
-        for name, value in {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **self.spec.env}.items():
+        base = {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **PROXY_ENV}
+        for name, value in {**base, **self.spec.env}.items():
             env += ["--setenv", name, value]
         limits = self.limits
         return [
@@ -225,8 +248,9 @@ class BwrapSandbox:
             return self._collect(shell, marker, (timeout_ms or self.limits.command_timeout_ms) / 1000)
 
     def _shell(self) -> subprocess.Popen[bytes]:
+        """The session's shell; a new one first starts the network bridge and waits for it to listen."""
         if self.shell is None or self.shell.poll() is not None:
-            self.shell = self.spawn("/bin/bash", "--noprofile", "--norc")
+            self.shell = self.spawn("/bin/bash", "-c", SHELL_STARTUP, "sandbox", BRIDGE_SOURCE)
         return self.shell
 
     def _collect(self, shell: subprocess.Popen[bytes], marker: str, timeout: float) -> CommandResult:
@@ -281,6 +305,7 @@ class BwrapSandbox:
 
     def destroy(self) -> None:
         self.stop()
+        self.proxy.close()
         shutil.rmtree(self.workspace.parent, ignore_errors=True)
 
 
@@ -350,6 +375,11 @@ class BwrapBackend:
             shutil.rmtree(self.root / "sessions" / session_id, ignore_errors=True)
         if forget:
             snapshots.delete(session_id)
+
+
+def sandbox_rules() -> EgressRules:
+    """Operator exceptions to the ban on non-public addresses (`REGISTRY_SANDBOX_EGRESS_ALLOW`)."""
+    return EgressRules.parse(settings.REGISTRY_SANDBOX_EGRESS_ALLOW)
 
 
 def make_backend() -> BwrapBackend | None:

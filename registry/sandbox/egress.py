@@ -1,0 +1,257 @@
+"""The sandbox's only way out: a host-side HTTP proxy on a Unix socket, enforcing the session's policy.
+
+The sandbox has no network interface but its own loopback. Its shell starts a small bridge
+(`BRIDGE_SOURCE`) listening on 127.0.0.1:3128 inside, which carries each connection over the Unix
+socket bound into the sandbox to this proxy, and the usual proxy variables point there. The proxy
+speaks HTTP CONNECT (for TLS and anything else) and plain absolute-form HTTP requests; it resolves
+the host, checks every address against the egress rules (no loopback, private, link-local or own
+address unless `REGISTRY_SANDBOX_EGRESS_ALLOW` lifts it) and the environment's policy
+(`unrestricted`: any public host; `limited`: `allowed_hosts`, plus package indexes with
+`allow_package_managers`, plus the agent's MCP hosts with `allow_mcp_servers`), then connects to the
+address it checked (no second lookup, no rebinding). A refusal is an HTTP 403 with the reason and
+a counted metric, never a hang. A raw socket in the sandbox reaches nothing but its own loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from prometheus_client import Counter
+
+from registry.core.egress import EgressRefused, EgressRules, check_addresses, resolve
+
+logger = logging.getLogger(__name__)
+
+PROXY_PORT = 3128
+SOCKET_INSIDE = "/run/egress.sock"
+CONNECT_TIMEOUT_SECONDS = 10
+MAX_HEAD_BYTES = 64 * 1024
+PACKAGE_INDEX_HOSTS = (
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+    "deb.debian.org",
+    "security.debian.org",
+    "crates.io",
+    "static.crates.io",
+    "index.crates.io",
+    "rubygems.org",
+    "proxy.golang.org",
+    "sum.golang.org",
+)
+REFUSED = Counter("registry_sandbox_egress_refused_total", "Connections the sandbox egress proxy refused", ["reason"])
+# Runs inside the sandbox (its python3): 127.0.0.1:3128 -> the proxy's Unix socket, byte for byte.
+BRIDGE_SOURCE = f"""
+import socket, threading
+def pump(a, b):
+    try:
+        while (data := a.recv(65536)):
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try: s.shutdown(socket.SHUT_RDWR)
+            except OSError: pass
+def serve(client):
+    upstream = socket.socket(socket.AF_UNIX)
+    try:
+        upstream.connect({SOCKET_INSIDE!r})
+    except OSError:
+        client.close(); return
+    threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+    pump(upstream, client)
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", {PROXY_PORT}))
+listener.listen(64)
+while True:
+    threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
+"""
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
+# No NO_PROXY: nothing but the bridge listens on the sandbox's own loopback, so every name goes out
+# through the proxy (and `127.0.0.1` means the host's, subject to the rules like any other address).
+PROXY_ENV = {
+    name: PROXY_URL for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+}
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """An environment's `config.networking`, as the proxy enforces it."""
+
+    type: str = "unrestricted"  # or "limited"
+    allowed_hosts: tuple[str, ...] = ()
+    allow_package_managers: bool = False
+    allow_mcp_servers: bool = False
+    mcp_hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_environment(cls, config: dict[str, object], mcp_hosts: tuple[str, ...] = ()) -> NetworkPolicy:
+        networking = config.get("networking") or {}
+        assert isinstance(networking, dict)
+        return cls(
+            type=str(networking.get("type") or "unrestricted"),
+            allowed_hosts=tuple(str(host).lower() for host in networking.get("allowed_hosts") or ()),
+            allow_package_managers=bool(networking.get("allow_package_managers")),
+            allow_mcp_servers=bool(networking.get("allow_mcp_servers")),
+            mcp_hosts=mcp_hosts,
+        )
+
+    def allows(self, host: str) -> bool:
+        """May the sandbox reach this host name at all (before the address checks)?"""
+        if self.type != "limited":
+            return True
+        host = host.lower().rstrip(".")
+        listed = list(self.allowed_hosts)
+        if self.allow_package_managers:
+            listed += PACKAGE_INDEX_HOSTS
+        if self.allow_mcp_servers:
+            listed += self.mcp_hosts
+        return any(host == entry or (entry.startswith("*.") and host.endswith(entry[1:])) for entry in listed)
+
+
+class EgressProxy:
+    """One sandbox's proxy: a Unix socket on the host and a thread per connection."""
+
+    def __init__(self, socket_path: Path, policy: NetworkPolicy, rules: EgressRules) -> None:
+        self.socket_path, self.policy, self.rules = socket_path, policy, rules
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(str(socket_path))
+        self.listener.listen(64)
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, name="sandbox-egress", daemon=True).start()
+
+    def close(self) -> None:
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client:
+            head = _read_head(client)
+            if head is None:
+                return
+            method, target, rest = _request_line(head)
+            host, port, forward = _destination(method, target, head, rest)
+            if host is None:
+                _answer(client, 400, "The proxy takes CONNECT host:port or absolute http:// requests.")
+                return
+            upstream = self._connect(client, host, port)
+            if upstream is None:
+                return
+            with upstream:
+                if forward is None:
+                    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                else:
+                    upstream.sendall(forward)
+                _relay(client, upstream)
+
+    def _connect(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
+        if not self.policy.allows(host):
+            REFUSED.labels(reason="not_allowed").inc()
+            _answer(client, 403, f"{host} is not in this environment's allowed hosts.")
+            return None
+        try:
+            addresses = resolve(host, port)
+            check_addresses(host, port, addresses, self.rules)
+        except EgressRefused as refused:
+            REFUSED.labels(reason="address").inc()
+            _answer(client, 403, str(refused))
+            return None
+        try:
+            return socket.create_connection((str(addresses[0]), port), timeout=CONNECT_TIMEOUT_SECONDS)
+        except OSError as error:
+            REFUSED.labels(reason="unreachable").inc()
+            _answer(client, 502, f"{host}:{port} could not be reached ({type(error).__name__}).")
+            return None
+
+
+def _read_head(client: socket.socket) -> bytes | None:
+    client.settimeout(30)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = client.recv(65536)
+            if not chunk or len(data) > MAX_HEAD_BYTES:
+                return None
+            data += chunk
+    except OSError:
+        return None
+    client.settimeout(None)
+    return data
+
+
+def _request_line(head: bytes) -> tuple[str, str, bytes]:
+    line, _, rest = head.partition(b"\r\n")
+    parts = line.decode("latin-1").split(" ")
+    return (parts[0].upper(), parts[1], rest) if len(parts) == 3 else ("", "", rest)
+
+
+def _destination(method: str, target: str, head: bytes, rest: bytes) -> tuple[str | None, int, bytes | None]:
+    """(host, port, bytes to send upstream: None for a CONNECT tunnel)."""
+    if method == "CONNECT":
+        host, _, port = target.rpartition(":")
+        return (host.strip("[]") or None, int(port) if port.isdigit() else 443, None)
+    parts = urlsplit(target)
+    if parts.scheme != "http" or not parts.hostname:
+        return None, 0, None
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    origin_form = f"{method} {path} HTTP/1.1\r\n".encode() + rest
+    return parts.hostname, parts.port or 80, origin_form
+
+
+def _answer(client: socket.socket, status: int, message: str) -> None:
+    body = (message + "\n").encode()
+    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
+    with contextlib.suppress(OSError):
+        client.sendall(head.encode() + b"connection: close\r\n\r\n" + body)
+
+
+def _relay(client: socket.socket, upstream: socket.socket) -> None:
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    other = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+    other.start()
+    pump(client, upstream)
+    other.join(timeout=300)
+
+
+def socket_path_for(workspace: Path) -> Path:
+    """The proxy's socket sits beside the workspace (in the session's private directory)."""
+    return workspace.parent / "egress.sock"
+
+
+def chown_socket(path: Path, uid: int) -> None:
+    os.chown(path, uid, uid)
