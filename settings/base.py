@@ -243,6 +243,10 @@ REGISTRY_SANDBOX_IDLE_SECONDS = env_int("REGISTRY_SANDBOX_IDLE_SECONDS", 600)
 # Exceptions (`host`, `host:port`, CIDR) to the sandbox proxy's ban on loopback/private addresses; a
 # `limited` environment still needs the host in its allowed_hosts.
 REGISTRY_SANDBOX_EGRESS_ALLOW = env_str("REGISTRY_SANDBOX_EGRESS_ALLOW")
+# The web tools: fetches go through the sandbox's proxy; search asks a SearXNG-compatible endpoint.
+REGISTRY_WEB_FETCH_MAX_BYTES = env_int("REGISTRY_WEB_FETCH_MAX_BYTES", 5 * 1024 * 1024)
+REGISTRY_WEB_FETCH_TIMEOUT_MS = env_int("REGISTRY_WEB_FETCH_TIMEOUT_MS", 30000)
+REGISTRY_WEB_SEARCH_URL = env_str("REGISTRY_WEB_SEARCH_URL")
 # Run the session runtime as a thread of the registry process (`manage.py up` does on SQLite).
 REGISTRY_RUNTIME_EMBEDDED = env_bool("REGISTRY_RUNTIME_EMBEDDED", False)
 # Comma-separated `key_id:base64key` pairs for vault encryption; the first one encrypts.

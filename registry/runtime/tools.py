@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.runtime.mcp_client import McpTool, McpUnavailable
-from registry.sandbox.toolset import BUILTIN_TOOLS, model_definition
+from registry.sandbox.toolset import model_definition, offered_tools
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _add_builtin_tools(catalog: ToolCatalog, agent: dict[str, Any]) -> None:
     for toolset in agent.get("tools") or []:
         if toolset["type"] != "agent_toolset_20260401":
             continue
-        for name in BUILTIN_TOOLS:
+        for name in offered_tools():
             config = tool_config(toolset, name)
             if config.get("enabled") is False:
                 catalog.disabled_builtin.add(name)

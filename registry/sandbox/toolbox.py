@@ -1,9 +1,11 @@
-"""The file tools (read, write, edit, glob, grep), run *inside* a session's sandbox by its own python3.
+"""The file tools (read, write, edit, glob, grep) and web_fetch, run *inside* a session's sandbox by
+its own python3.
 
-Not imported by the registry: its source is handed to `python3 -I -c` in the sandbox, a JSON request
-on stdin, a JSON answer `{"text", "is_error"}` on stdout. Running inside means every path resolves in
-the sandbox's own view (`..`, symlinks and absolute paths cannot reach the host), and what is
-read-only there (the system, mounted files) stays so. Standard library only.
+Not imported by the registry: its source is handed to `python3 -I` in the sandbox, a JSON request on
+stdin or as the first argument, a JSON answer `{"text", "is_error"}` on stdout or in a file. Running
+inside means every path resolves in the sandbox's own view (`..`, symlinks and absolute paths cannot
+reach the host), and what is read-only there (the system, mounted files) stays so. Standard library
+only.
 """
 
 import json
@@ -88,16 +90,42 @@ def grep(request):
     return "\n".join(matches) or "No matches.", False
 
 
-OPERATIONS = {"read": read, "write": write, "edit": edit, "glob": glob, "grep": grep}
+def fetch(request):
+    """GET through the sandbox's proxy (the environment's policy applies); the body, capped, as JSON."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(request["url"], timeout=request["timeout"]) as answer:
+            body = answer.read(request["max_bytes"] + 1)
+            status, content_type = answer.status, answer.headers.get("content-type", "")
+            charset = answer.headers.get_content_charset() or "utf-8"
+    except urllib.error.HTTPError as error:
+        reason = error.read(2000).decode("utf-8", "replace").strip()
+        return f"GET {request['url']} answered HTTP {error.code}: {reason}", True
+    except (urllib.error.URLError, TimeoutError) as error:
+        return f"GET {request['url']} failed: {error}", True
+    truncated = len(body) > request["max_bytes"]
+    text = body[: request["max_bytes"]].decode(charset, "replace")
+    return json.dumps({"status": status, "content_type": content_type, "body": text, "truncated": truncated}), False
+
+
+OPERATIONS = {"read": read, "write": write, "edit": edit, "glob": glob, "grep": grep, "web_fetch": fetch}
 
 
 def main():
-    request = json.loads(sys.stdin.read())
+    """The request from argv (run in the session's shell) or stdin; the answer to `answer_file` or stdout."""
+    request = json.loads(sys.argv[1] if len(sys.argv) > 1 else sys.stdin.read())
     try:
         text, is_error = OPERATIONS[request["tool"]](request["input"])
     except (OSError, UnicodeDecodeError, re.error, ValueError) as error:
         text, is_error = f"{type(error).__name__}: {error}", True
-    sys.stdout.write(json.dumps({"text": text, "is_error": is_error}))
+    answer = json.dumps({"text": text, "is_error": is_error})
+    if request.get("answer_file"):
+        with open(request["answer_file"], "x", encoding="utf-8") as handle:
+            handle.write(answer)
+    else:
+        sys.stdout.write(answer)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,35 @@
 """The built-in agent toolset (`agent_toolset_20260401`) run in a session's sandbox.
 
-`bash` runs in the sandbox's persistent shell; `read`, `write`, `edit`, `glob` and `grep` run the
-toolbox script inside the sandbox. Inputs follow the reference client's
-`BetaManagedAgentsAgentToolset20260401*Input` shapes and are validated first: a malformed input, a
-timeout or a refused path is an `is_error` result the model sees, never a crashed turn. A non-zero
-exit status of a command is an ordinary result. `web_fetch` and `web_search` are not offered: the
-sandbox has no network yet (see README).
+`bash` runs in the sandbox's persistent shell; `read`, `write`, `edit`, `glob`, `grep` and
+`web_fetch` run the toolbox script inside the sandbox (so a fetch goes through the sandbox's egress
+proxy and the environment's network policy; HTML becomes markdown with `markdownify` here).
+`web_search` asks the operator's SearXNG-compatible endpoint (`REGISTRY_WEB_SEARCH_URL`, a trusted
+URL from settings, never reachable from inside) and is offered only when that is set.
+
+Inputs follow the reference client's `BetaManagedAgentsAgentToolset20260401*Input` shapes and are
+validated first: a malformed input, a timeout or a refused path is an `is_error` result the model
+sees, never a crashed turn. A non-zero exit status of a command is an ordinary result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
+import shlex
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
+from django.conf import settings
+from markdownify import markdownify
 
-from registry.sandbox.backend import BwrapSandbox, SandboxUnavailable
+from registry.sandbox.backend import SANDBOX_HOME, BwrapSandbox, SandboxUnavailable
 
 TOOLBOX_SOURCE = (Path(__file__).with_name("toolbox.py")).read_text()
 TOOLBOX_TIMEOUT_SECONDS = 60
@@ -93,8 +104,35 @@ DEFINITIONS: dict[str, dict[str, Any]] = {
             "additionalProperties": False,
         },
     },
+    "web_fetch": {
+        "description": "Fetch a URL (GET) through the session's network policy; HTML comes back as markdown.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"url": {"type": "string", "pattern": "^https?://"}},
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+    },
+    "web_search": {
+        "description": "Search the web; results come back as search_result blocks.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 20},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    },
 }
 BUILTIN_TOOLS = tuple(DEFINITIONS)
+DEFAULT_SEARCH_RESULTS = 5
+
+
+def offered_tools() -> tuple[str, ...]:
+    """The built-in tools this deployment can run (`web_search` needs REGISTRY_WEB_SEARCH_URL)."""
+    return tuple(name for name in BUILTIN_TOOLS if name != "web_search" or settings.REGISTRY_WEB_SEARCH_URL)
 
 
 @dataclass(frozen=True)
@@ -122,6 +160,10 @@ def run_tool(sandbox: BwrapSandbox, name: str, tool_input: Any) -> ToolOutcome:
     try:
         if name == "bash":
             return _bash(sandbox, tool_input)
+        if name == "web_search":
+            return _search(tool_input)
+        if name == "web_fetch":
+            return _fetch(sandbox, tool_input)
         return _toolbox(sandbox, name, tool_input)
     except SandboxUnavailable as error:
         return ToolOutcome.text(str(error), is_error=True)
@@ -146,6 +188,79 @@ def _bash(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     )
 
 
+def _fetch(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
+    """GET from inside the sandbox's shell (its network namespace: the bridge, the proxy, the policy);
+    the page comes back through a file in the workspace, read without following links."""
+    answer_name = f".web_fetch-{secrets.token_hex(12)}.json"
+    request = {
+        "tool": "web_fetch",
+        "answer_file": f"{SANDBOX_HOME}/{answer_name}",
+        "input": {
+            "url": tool_input["url"],
+            "max_bytes": settings.REGISTRY_WEB_FETCH_MAX_BYTES,
+            "timeout": settings.REGISTRY_WEB_FETCH_TIMEOUT_MS / 1000,
+        },
+    }
+    command = f"python3 -I - {shlex.quote(json.dumps(request))} <<'__TOOLBOX__'\n{TOOLBOX_SOURCE}\n__TOOLBOX__"
+    ran = sandbox.run(command, timeout_ms=settings.REGISTRY_WEB_FETCH_TIMEOUT_MS + 10_000)
+    try:
+        answer = json.loads(read_answer(sandbox.workspace / answer_name))
+    except (OSError, ValueError):
+        return ToolOutcome.text(f"web_fetch failed in the sandbox: {truncate(ran.output, 2000)}", is_error=True)
+    if answer["is_error"]:
+        return ToolOutcome.text(answer["text"], is_error=True)
+    page = json.loads(answer["text"])
+    body = markdownify(page["body"]) if "html" in page["content_type"] else page["body"]
+    note = " (cut at REGISTRY_WEB_FETCH_MAX_BYTES)" if page["truncated"] else ""
+    text = f"{tool_input['url']} answered HTTP {page['status']} ({page['content_type']}){note}:\n\n{body.strip()}"
+    return ToolOutcome.text(truncate(text, sandbox.limits.output_limit))
+
+
+def read_answer(path: Path) -> str:
+    """A file the sandbox wrote, read by the host: a regular file only (O_NOFOLLOW: never a link the
+    sandbox planted to a host file), at most four times the fetch limit, then removed."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError("not a regular file")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            data = handle.read(4 * settings.REGISTRY_WEB_FETCH_MAX_BYTES + 65536)
+    finally:
+        os.close(descriptor)
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return data.decode("utf-8", "replace")
+
+
+def _search(tool_input: dict[str, Any]) -> ToolOutcome:
+    count = tool_input.get("max_results") or DEFAULT_SEARCH_RESULTS
+    try:
+        answer = httpx.get(
+            settings.REGISTRY_WEB_SEARCH_URL, params={"q": tool_input["query"], "format": "json"}, timeout=30
+        )
+        answer.raise_for_status()
+        results = answer.json().get("results") or []
+    except (httpx.HTTPError, ValueError) as error:
+        return ToolOutcome.text(f"The search failed: {type(error).__name__}", is_error=True)
+    blocks = [
+        {
+            "type": "search_result",
+            "source": str(item.get("url", "")),
+            "title": str(item.get("title", "")),
+            "content": [{"type": "text", "text": str(item.get("content") or "")}],
+            "citations": {"enabled": False},
+        }
+        for item in results[:count]
+    ]
+    return ToolOutcome(blocks, False) if blocks else ToolOutcome.text("No results.")
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}\n\n[... {len(text) - limit} characters truncated ...]\n\n{text[-limit // 2 :]}"
+
+
 def _toolbox(sandbox: BwrapSandbox, name: str, tool_input: dict[str, Any]) -> ToolOutcome:
     process = sandbox.spawn("/usr/bin/python3", "-I", "-c", TOOLBOX_SOURCE)
     request = json.dumps({"tool": name, "input": tool_input}).encode()
@@ -160,8 +275,4 @@ def _toolbox(sandbox: BwrapSandbox, name: str, tool_input: dict[str, Any]) -> To
     except ValueError:
         text = output.decode(errors="replace")[-2000:]
         return ToolOutcome.text(f"{name} failed in the sandbox: {text}", is_error=True)
-    limit = sandbox.limits.output_limit
-    text = answer["text"]
-    if len(text) > limit:
-        text = f"{text[: limit // 2]}\n\n[... {len(text) - limit} characters truncated ...]\n\n{text[-limit // 2 :]}"
-    return ToolOutcome.text(text, is_error=bool(answer["is_error"]))
+    return ToolOutcome.text(truncate(answer["text"], sandbox.limits.output_limit), is_error=bool(answer["is_error"]))

@@ -248,7 +248,8 @@ def test_toolset_default_asks_and_built_in_tools_are_offered_beside_mcp_tools(mo
     events = chat.wait_idle()
     assert of_type(events, "agent.mcp_tool_use")[0]["evaluated_permission"] == "ask"
     offered = {tool["name"] for tool in model.requests[0].body["tools"]}
-    assert offered == {"lookup_order", "cancel_order", "bash", "read", "write", "edit", "glob", "grep"}
+    builtin = {"bash", "read", "write", "edit", "glob", "grep", "web_fetch"}  # web_search: no search URL here
+    assert offered == {"lookup_order", "cancel_order", *builtin}
 
 
 def test_two_workers_share_sessions(model, open_session):
