@@ -121,3 +121,45 @@ def test_files_outlive_a_killed_worker_through_the_snapshot(model, open_session,
     assert results(events)[-1] == ("1\tsurvives", False)
     for side in "ab":
         shutil.rmtree(f"/tmp/sandboxes-{chat.session_id}-{side}", ignore_errors=True)
+
+
+def test_without_a_sandbox_the_tools_are_not_offered_and_the_session_says_why_once(
+    model, open_session, workers, start_worker
+):
+    model.add(replies.text("no tools here"), replies.text("still none"))
+    chat = open_session(tools=[toolset()])
+    workers.pause()
+    chat.processes.append(start_worker(REGISTRY_SANDBOX_BACKEND="none"))
+    chat.say("run something")
+    chat.wait_idle()
+    chat.say("and now?")
+    events = chat.wait_idle(2)
+    [error] = of_type(events, "session.error")
+    assert (
+        error["error"]["type"] == "sandbox_unavailable_error"
+        and "REGISTRY_SANDBOX_BACKEND" in error["error"]["message"]
+    )
+    assert "tools" not in model.requests[0].body and stop_reasons(events) == ["end_turn", "end_turn"]
+
+
+def test_an_idle_sandbox_is_stopped_and_keeps_its_files(model, open_session, workers, start_worker):
+    model.add(
+        replies.tool_call("bash", {"command": "echo kept > file.txt; sleep 300 > /dev/null 2>&1 & echo started"}),
+        replies.text("ok"),
+        replies.tool_call("bash", {"command": "cat file.txt"}),
+        replies.text("ok"),
+    )
+    chat = open_session(tools=[toolset()])
+    workers.pause()
+    chat.processes.append(start_worker(REGISTRY_SANDBOX_IDLE_SECONDS="1", REGISTRY_RUNTIME_POLL_SECONDS="0.2"))
+    chat.say("start")
+    chat.wait_idle()
+    uid = host_uid(chat.session_id)
+
+    def sandbox_processes() -> list[str]:
+        return subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True).stdout.split()
+
+    wait_until(lambda: sandbox_processes() == [], timeout=15, what="the idle sandbox to be stopped")
+    chat.say("read it")
+    events = chat.wait_idle(2)
+    assert results(events)[-1] == ("kept\nexit code: 0", False)

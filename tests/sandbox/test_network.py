@@ -75,7 +75,7 @@ def test_a_raw_socket_reaches_only_the_sandboxs_own_loopback(backend, host_serve
 @pytest.mark.parametrize("allowed", [True, False])
 def test_package_indexes_only_when_allowed(backend, settings, allowed):
     # On this machine the package indexes may sit behind non-public addresses: list exactly those.
-    addresses = {info[4][0] for info in socket.getaddrinfo("pypi.org", 443, type=socket.SOCK_STREAM)}
+    addresses = {str(info[4][0]) for info in socket.getaddrinfo("pypi.org", 443, type=socket.SOCK_STREAM)}
     settings.REGISTRY_SANDBOX_EGRESS_ALLOW = ",".join(addresses)
     policy = NetworkPolicy("limited", allow_package_managers=allowed)
     box = backend.ensure(SandboxSpec(session_id=f"sesn_pip_{allowed}", workspace_id="wsp", network=policy))
