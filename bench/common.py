@@ -105,3 +105,20 @@ def machine_description() -> list[str]:
         f"- CPU: {cpu}, {os.cpu_count()} logical cores; OS: {platform.platform()}",
         f"- Python {platform.python_version()}, PostgreSQL {row[0] if row else '?'} on 127.0.0.1 (same machine)",
     ]
+
+
+def seed_sessions(session_count: int) -> tuple[str, list[str]]:
+    """A workspace with one agent and environment and `session_count` idle sessions; (key, session ids)."""
+    from registry.agents.services import agent_create
+    from registry.environments.services import environment_create
+    from registry.sessions.services import session_create
+    from registry.workspaces.services import workspace_create
+
+    workspace, issued = workspace_create(name="bench")
+    agent = agent_create(workspace=workspace, values={"name": "bench", "model": "claude-sonnet-4-5"})
+    environment = environment_create(workspace=workspace, values={"name": "bench"})
+    sessions = [
+        session_create(workspace=workspace, values={"agent": {"id": agent.id}, "environment_id": environment.id}).id
+        for _ in range(session_count)
+    ]
+    return issued.plaintext, sessions

@@ -128,8 +128,12 @@ def gateway_config(directory: Path, provider_port: int, port: int, *, governed: 
     if governed:
         config["destinations"]["fake"]["pricing"] = {"input_per_1m": 1.0, "output_per_1m": 2.0}
         config["plugins"] = {
-            "rate_limiter": {"name": "shared", "kind": "redis_window", "url": "redis://127.0.0.1:6379/0",
-                             "key_prefix": f"bench:{os.getpid()}:"},
+            "rate_limiter": {
+                "name": "shared",
+                "kind": "redis_window",
+                "url": "redis://127.0.0.1:6379/0",
+                "key_prefix": f"bench:{os.getpid()}:",
+            },
             "guardrails": [{"name": "pii", "kind": "pii_regex"}],
             "usage_sinks": [{"name": "out", "kind": "stdout"}],
         }
@@ -228,9 +232,17 @@ def main() -> None:
             )
         )
         port = free_port()
-        others = [run_target("fake provider on core 0 (cross-core reference)",
-                             [sys.executable, "-m", "bench.gateway.fake_provider", str(port)], {}, port,
-                             f"http://127.0.0.1:{port}/", "/v1/chat/completions", args)]
+        others = [
+            run_target(
+                "fake provider on core 0 (cross-core reference)",
+                [sys.executable, "-m", "bench.gateway.fake_provider", str(port)],
+                {},
+                port,
+                f"http://127.0.0.1:{port}/",
+                "/v1/chat/completions",
+                args,
+            )
+        ]
         for name, governed in (("this gateway (1 worker)", False), ("this gateway + governance (1 worker)", True)):
             port = free_port()
             config = gateway_config(directory, provider_port, port, governed=governed)

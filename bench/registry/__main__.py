@@ -39,10 +39,6 @@ class Latency:
 # -- database ---------------------------------------------------------------------------------
 
 
-
-
-
-
 def seed_agents(count: int) -> tuple[str, str, str]:
     """One workspace with `count` agents; returns (api_key, workspace id, id of one agent)."""
     from django.db import connection
@@ -106,12 +102,6 @@ def count_queries(api_key: str, path: str) -> int:
 # -- latency through daphne -------------------------------------------------------------------
 
 
-
-
-
-
-
-
 def measure(port: int, api_key: str, name: str, path: str, requests: int, warmup: int) -> Latency:
     """Sequential GETs on one keep-alive connection; each timing includes reading the whole body."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -132,8 +122,6 @@ def measure(port: int, api_key: str, name: str, path: str, requests: int, warmup
 
 
 # -- report -----------------------------------------------------------------------------------
-
-
 
 
 def render(latencies: list[Latency], queries: dict[str, dict[int, int]]) -> str:

@@ -29,6 +29,7 @@ from bench.common import (
     machine_description,
     p50_p99_mean,
     recreate_database,
+    seed_sessions,
     setup_django,
 )
 from tests.runtime import fake_model as replies
@@ -38,22 +39,6 @@ DATABASE_NAME = "registry_bench_runtime"
 REDIS_URL = "redis://127.0.0.1:6379/6"
 RESULTS_FILE = Path(__file__).with_name("RESULTS.md")
 MESSAGE = {"type": "user.message", "content": [{"type": "text", "text": "benchmark"}]}
-
-
-def seed(session_count: int) -> tuple[str, list[str]]:
-    from registry.agents.services import agent_create
-    from registry.environments.services import environment_create
-    from registry.sessions.services import session_create
-    from registry.workspaces.services import workspace_create
-
-    workspace, issued = workspace_create(name="bench")
-    agent = agent_create(workspace=workspace, values={"name": "bench", "model": "claude-sonnet-4-5"})
-    environment = environment_create(workspace=workspace, values={"name": "bench"})
-    sessions = [
-        session_create(workspace=workspace, values={"agent": {"id": agent.id}, "environment_id": environment.id}).id
-        for _ in range(session_count)
-    ]
-    return issued.plaintext, sessions
 
 
 @contextmanager
@@ -163,7 +148,7 @@ def main() -> None:
 
     database_url = recreate_database(DATABASE_NAME)
     setup_django(database_url, REDIS_URL)
-    api_key, sessions = seed(1 + 64 + arguments.scale)
+    api_key, sessions = seed_sessions(1 + 64 + arguments.scale)
     model = FakeModel()
     with daphne(database_url, REDIS_URL=REDIS_URL) as port:
         with worker(database_url, model.url, concurrency=32):

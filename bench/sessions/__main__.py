@@ -15,7 +15,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import daphne, machine_description, p50_p99_mean, recreate_database, setup_django
+from bench.common import (
+    daphne,
+    machine_description,
+    p50_p99_mean,
+    recreate_database,
+    seed_sessions,
+    setup_django,
+)
 
 DATABASE_NAME = "registry_bench_sessions"
 REDIS_URL = "redis://127.0.0.1:6379/5"
@@ -35,22 +42,6 @@ class Throughput:
     @property
     def rate(self) -> float:
         return self.events / self.seconds
-
-
-def seed(session_count: int) -> tuple[str, list[str]]:
-    from registry.agents.services import agent_create
-    from registry.environments.services import environment_create
-    from registry.sessions.services import session_create
-    from registry.workspaces.services import workspace_create
-
-    workspace, issued = workspace_create(name="bench")
-    agent = agent_create(workspace=workspace, values={"name": "bench", "model": "claude-sonnet-4-5"})
-    environment = environment_create(workspace=workspace, values={"name": "bench"})
-    sessions = [
-        session_create(workspace=workspace, values={"agent": {"id": agent.id}, "environment_id": environment.id}).id
-        for _ in range(session_count)
-    ]
-    return issued.plaintext, sessions
 
 
 # -- append throughput through the API -----------------------------------------------------------
@@ -186,7 +177,7 @@ def main() -> None:
 
     database_url = recreate_database(DATABASE_NAME)
     setup_django(database_url, REDIS_URL)
-    api_key, sessions = seed(21)
+    api_key, sessions = seed_sessions(21)
     with daphne(database_url, REDIS_URL=REDIS_URL) as port:
         throughputs = [
             measure_api(port, api_key, sessions, writers, batch, arguments.seconds)

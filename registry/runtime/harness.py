@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -41,7 +41,7 @@ from registry.runtime.transcript import (
     tool_work,
     turn_graded,
 )
-from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxSpec
+from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxSpec, SandboxUnavailable
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.toolset import ToolOutcome, run_tool
 from registry.sessions import services
@@ -529,15 +529,26 @@ class SessionRunner:
         if self.sandboxes is None:
             return ToolOutcome.text(NO_SANDBOX, is_error=True)
         self.lease.check()
-        sandbox = self.sandboxes.ensure(
-            SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id, network=self.network)
-        )
-        self._sandbox = sandbox
         try:
-            return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
-        except (TurnInterrupted, LeaseLost, WorkerStopping):
-            sandbox.stop()
-            raise
+            sandbox = self.sandboxes.ensure(
+                SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id, network=self.network)
+            )
+            self._sandbox = sandbox
+            try:
+                return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
+            except (TurnInterrupted, LeaseLost, WorkerStopping):
+                sandbox.stop()
+                raise
+        except SandboxUnavailable as failure:
+            self._sandbox_failed(call, str(failure))
+
+    def _sandbox_failed(self, call: SessionEvent, cause: str) -> NoReturn:
+        """A sandbox that cannot start ends the turn with `session.error` naming the cause; the call gets
+        an error result, so the transcript stays whole and the next turn can try again."""
+        with transaction.atomic():
+            self._emit_tool_result(call, [{"type": "text", "text": cause}], is_error=True)
+            self._emit_error(NO_SANDBOX_ERROR, cause, retry="exhausted")
+        raise TurnEnded({"type": "error"})
 
     def _snapshot_sandbox(self) -> None:
         """After a turn that used the sandbox: its workspace to storage, so any worker can go on."""

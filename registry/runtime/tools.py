@@ -20,11 +20,9 @@ ToolLister = Callable[[str, str], list[McpTool]]
 
 
 @dataclass(frozen=True)
-class McpEntry:
-    """An MCP tool the model may call, with the server's URL and the policy that gates it."""
+class GatedTool:
+    """A tool the runtime runs, and the permission policy that gates it."""
 
-    tool: McpTool
-    url: str
     policy: str
 
     @property
@@ -39,20 +37,18 @@ class McpEntry:
 
 
 @dataclass(frozen=True)
-class BuiltinEntry:
-    """A built-in tool of the agent's toolset and the policy that gates it."""
+class McpEntry(GatedTool):
+    """An MCP tool the model may call, with the server's URL."""
+
+    tool: McpTool
+    url: str
+
+
+@dataclass(frozen=True)
+class BuiltinEntry(GatedTool):
+    """A built-in tool of the agent's toolset (run in the session's sandbox)."""
 
     name: str
-    policy: str
-
-    @property
-    def evaluated_permission(self) -> str:
-        return "ask" if self.policy == "always_ask" else "allow"
-
-    def evaluation(self) -> dict[str, Any]:
-        if self.policy == "auto":
-            return {"type": "auto", "evaluated_permission": self.evaluated_permission}
-        return {"type": self.policy}
 
 
 @dataclass
@@ -103,7 +99,7 @@ def _add_builtin_tools(catalog: ToolCatalog, agent: dict[str, Any]) -> None:
                 catalog.disabled_builtin.add(name)
                 continue
             policy = (config.get("permission_policy") or {}).get("type") or "always_allow"
-            catalog.builtin[name] = BuiltinEntry(name, policy)
+            catalog.builtin[name] = BuiltinEntry(policy=policy, name=name)
 
 
 def build_catalog(agent: dict[str, Any], list_tools: ToolLister, *, builtin: bool) -> ToolCatalog:

@@ -349,10 +349,14 @@ class BwrapBackend:
         self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
 
     def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
+        """The session's sandbox, created (and restored from its snapshot) on first use here."""
         with self.lock:
             sandbox = self.sandboxes.get(spec.session_id)
             if sandbox is None:
-                sandbox = BwrapSandbox(spec, self.root, self.limits, self.spawner)
+                try:
+                    sandbox = BwrapSandbox(spec, self.root, self.limits, self.spawner)
+                except OSError as error:
+                    raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
                 self.sandboxes[spec.session_id] = sandbox
             return sandbox
 

@@ -29,7 +29,7 @@ import jsonschema
 from django.conf import settings
 from markdownify import markdownify
 
-from registry.sandbox.backend import SANDBOX_HOME, BwrapSandbox, SandboxUnavailable
+from registry.sandbox.backend import SANDBOX_HOME, BwrapSandbox
 
 TOOLBOX_SOURCE = (Path(__file__).with_name("toolbox.py")).read_text()
 TOOLBOX_TIMEOUT_SECONDS = 60
@@ -152,21 +152,19 @@ def model_definition(name: str) -> dict[str, Any]:
 
 
 def run_tool(sandbox: BwrapSandbox, name: str, tool_input: Any) -> ToolOutcome:
-    """Run one built-in tool call; every failure is a result the model can read."""
+    """Run one built-in tool call; every failure of the call is a result the model can read. A sandbox
+    that cannot start raises `SandboxUnavailable` (the runtime reports it and ends the turn)."""
     try:
         jsonschema.validate(tool_input, DEFINITIONS[name]["input_schema"])
     except jsonschema.ValidationError as error:
         return ToolOutcome.text(f"Invalid input for {name}: {error.message}", is_error=True)
-    try:
-        if name == "bash":
-            return _bash(sandbox, tool_input)
-        if name == "web_search":
-            return _search(tool_input)
-        if name == "web_fetch":
-            return _fetch(sandbox, tool_input)
-        return _toolbox(sandbox, name, tool_input)
-    except SandboxUnavailable as error:
-        return ToolOutcome.text(str(error), is_error=True)
+    if name == "bash":
+        return _bash(sandbox, tool_input)
+    if name == "web_search":
+        return _search(tool_input)
+    if name == "web_fetch":
+        return _fetch(sandbox, tool_input)
+    return _toolbox(sandbox, name, tool_input)
 
 
 def _bash(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:

@@ -163,3 +163,20 @@ def test_an_idle_sandbox_is_stopped_and_keeps_its_files(model, open_session, wor
     chat.say("read it")
     events = chat.wait_idle(2)
     assert results(events)[-1] == ("kept\nexit code: 0", False)
+
+
+def test_a_sandbox_that_cannot_start_ends_the_turn_and_the_session_goes_on(model, open_session, workers, start_worker):
+    model.add(replies.tool_call("bash", {"command": "true"}), replies.text("next turn works"))
+    chat = open_session(tools=[toolset()])
+    workers.pause()
+    chat.processes.append(start_worker(REGISTRY_SANDBOX_ROOT="/proc/no-sandboxes-here"))
+    chat.say("run it")
+    events = chat.wait_idle()
+    [error] = of_type(events, "session.error")
+    assert (
+        error["error"]["type"] == "sandbox_unavailable_error" and "could not be prepared" in error["error"]["message"]
+    )
+    assert stop_reasons(events) == ["error"] and results(events)[0][1] is True
+    chat.say("just talk")
+    events = chat.wait_idle(2)
+    assert text_of(of_type(events, "agent.message")[-1]) == "next turn works"

@@ -1,11 +1,14 @@
-"""Fixtures of the sandbox tests: a backend whose root any session uid can traverse (not pytest's tmp)."""
+"""Fixtures of the sandbox tests: a backend whose root any session uid can traverse (not pytest's tmp),
+and HTTP servers on the host's loopback for the network tests."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,3 +38,34 @@ def sandbox_for(backend: BwrapBackend) -> Callable[[str], BwrapSandbox]:
         return backend.ensure(SandboxSpec(session_id=session_id, workspace_id="wsp_test"))
 
     return make
+
+
+Route = Callable[[str], tuple[bytes, str]]  # request path -> (body, content type)
+
+
+@pytest.fixture
+def loopback_site() -> Iterator[Callable[[Route], str]]:
+    """Starts HTTP servers on 127.0.0.1 answering GETs with `route(path)`; yields a starter of root URLs."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(route: Route) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body, content_type = route(self.path)
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

@@ -5,9 +5,6 @@ them; `limited` admits only its allowed hosts, package indexes and MCP hosts whe
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -19,23 +16,9 @@ FETCH = (
 )
 
 
-class Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"hello from the host")
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet."""
-
-
 @pytest.fixture
-def host_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+def host_server(loopback_site) -> str:
+    return loopback_site(lambda path: (b"hello from the host", "text/plain")) + "/"
 
 
 def fetch(backend, name: str, policy: NetworkPolicy, url: str) -> str:

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -18,33 +15,20 @@ from registry.sandbox.toolset import offered_tools, run_tool
 PAGE = b"<html><body><h1>Release notes</h1><p>Version <b>2</b> is out.</p>" + b"<p>filler</p>" * 200 + b"</body></html>"
 
 
-class Site(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        if self.path.startswith("/search"):
-            query = parse_qs(urlsplit(self.path).query)
-            results = [
-                {"url": f"https://example.com/{index}", "title": f"{query['q'][0]} {index}", "content": "snippet"}
-                for index in range(8)
-            ]
-            body, kind = json.dumps({"results": results}).encode(), "application/json"
-        else:
-            body, kind = PAGE, "text/html; charset=utf-8"
-        self.send_response(200)
-        self.send_header("content-type", kind)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet."""
+def answer(path: str) -> tuple[bytes, str]:
+    if path.startswith("/search"):
+        query = parse_qs(urlsplit(path).query)
+        results = [
+            {"url": f"https://example.com/{index}", "title": f"{query['q'][0]} {index}", "content": "snippet"}
+            for index in range(8)
+        ]
+        return json.dumps({"results": results}).encode(), "application/json"
+    return PAGE, "text/html; charset=utf-8"
 
 
 @pytest.fixture
-def site() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Site)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def site(loopback_site) -> str:
+    return loopback_site(answer)
 
 
 def test_web_fetch_goes_through_the_policy_and_returns_markdown(backend, site, settings):
