@@ -386,8 +386,21 @@ def sandbox_rules() -> EgressRules:
     return EgressRules.parse(settings.REGISTRY_SANDBOX_EGRESS_ALLOW)
 
 
+def check_traversable(root: Path) -> None:
+    """Each session's uid must pass through every directory above the root (o+x), or bwrap cannot
+    mount its workspace: say so at start instead of failing every sandbox later."""
+    for directory in reversed(root.resolve().parents):
+        if directory.exists() and not os.stat(directory).st_mode & 0o001:
+            raise SandboxUnavailable(
+                f"REGISTRY_SANDBOX_ROOT {root} is under {directory}, which other users cannot traverse (chmod o+x, "
+                "or choose another root)"
+            )
+
+
 def make_backend() -> BwrapBackend | None:
     """The configured backend (`REGISTRY_SANDBOX_BACKEND=bwrap|none`); None when there is none."""
     if settings.REGISTRY_SANDBOX_BACKEND != "bwrap":
         return None
-    return BwrapBackend(Path(settings.REGISTRY_SANDBOX_ROOT), Limits.from_settings())
+    root = Path(settings.REGISTRY_SANDBOX_ROOT)
+    check_traversable(root)
+    return BwrapBackend(root, Limits.from_settings())

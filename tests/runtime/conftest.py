@@ -5,6 +5,7 @@ and `runsessions` workers as subprocesses on the pytest-django test database.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -54,11 +55,12 @@ def shop(shop_server: ShopMcpServer) -> ShopMcpServer:
 
 
 @pytest.fixture(scope="package")
-def child_env(django_db_setup: None, fake_model: FakeModel) -> dict[str, str]:
+def child_env(django_db_setup: None, fake_model: FakeModel) -> Iterator[dict[str, str]]:
     """The environment of the registry and worker subprocesses: the test database, the fake model."""
     database = connections["default"].settings_dict
     credentials = database["USER"] + (f":{database['PASSWORD']}" if database.get("PASSWORD") else "")
-    return {
+    sandbox_root = f"/tmp/registry-test-sandboxes-{os.getpid()}"
+    yield {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.runtime.worker_settings",
         "DATABASE_URL": f"postgres://{credentials}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
@@ -66,8 +68,11 @@ def child_env(django_db_setup: None, fake_model: FakeModel) -> dict[str, str]:
         "REGISTRY_MODEL_API_KEY": MODEL_KEY,
         # The loopback MCP and OAuth servers of the tests are an operator exception to the egress rules.
         "REGISTRY_EGRESS_ALLOW": "127.0.0.1",
+        # Under /tmp, which every session uid can traverse (a checkout may sit under a private directory).
+        "REGISTRY_SANDBOX_ROOT": sandbox_root,
         "PYTHONUNBUFFERED": "1",
     }
+    shutil.rmtree(sandbox_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

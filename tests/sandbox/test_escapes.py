@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from registry.sandbox.backend import SandboxUnavailable, check_traversable
 from registry.sandbox.toolset import run_tool
 from tests.runtime.helpers import wait_until
 
@@ -152,3 +153,10 @@ def test_file_tools(sandbox_for):
     run_tool(box, "bash", {"command": "printf 'a\\000b' > blob.bin"})
     assert "binary" in text(run_tool(box, "read", {"file_path": "blob.bin"}))
     assert run_tool(box, "read", {"path": "x"}).is_error  # the SDK's shape, not ours
+
+
+def test_a_root_other_users_cannot_reach_is_refused_at_start(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(SandboxUnavailable, match="cannot traverse"):
+        check_traversable(private / "sandboxes")
