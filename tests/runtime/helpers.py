@@ -14,6 +14,8 @@ from typing import Any, cast
 
 import anthropic
 
+from tests.runtime import fake_model as replies
+
 MODEL = "claude-test-model"
 
 
@@ -166,3 +168,14 @@ def wait_until(condition: Callable[[], bool], *, timeout: float = 20, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def grading_in_flight(model: Any, open_session: Callable[..., Conversation], grader_delay: float) -> Conversation:
+    """A session that defined an outcome, whose turn is done and whose grader's call is now in flight."""
+    slow_verdict = replies.verdict("satisfied", "Fine.")
+    slow_verdict.delay = grader_delay
+    model.add(replies.text("draft"), slow_verdict)
+    chat = open_session()
+    chat.send({"type": "user.define_outcome", "description": "x", "rubric": {"type": "text", "content": "y"}})
+    wait_until(lambda: len(model.requests) == 2, what="the grader's call")
+    return chat

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from registry.sessions.models import Session
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import of_type, stop_reasons, text_of, wait_until
+from tests.runtime.helpers import grading_in_flight, of_type, stop_reasons, text_of, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -176,15 +177,11 @@ def test_a_turn_whose_workers_died_too_often_ends_with_an_error(model, open_sess
 
 
 def test_an_interrupt_abandons_the_graders_call(model, open_session):
-    slow_grade = replies.verdict("satisfied", "Fine.")
-    slow_grade.delay = 30
-    model.add(replies.text("draft"), slow_grade)
-    chat = open_session()
-    chat.send({"type": "user.define_outcome", "description": "x", "rubric": {"type": "text", "content": "y"}})
-    wait_until(lambda: len(model.requests) == 2, what="the grader's call")
+    chat = grading_in_flight(model, open_session, grader_delay=30)
     started = time.monotonic()
     chat.send({"type": "user.interrupt"})
     events = chat.wait_idle(timeout=10)
     assert time.monotonic() - started < 5  # not the grader's 30 s
     assert stop_reasons(events) == ["interrupted"]
-    assert chat.sdk.get(f"/v1/sessions/{chat.session_id}/outcome", cast_to=object)["result"] == "interrupted"
+    outcome: Any = chat.sdk.get(f"/v1/sessions/{chat.session_id}/outcome", cast_to=object)
+    assert outcome["result"] == "interrupted"

@@ -12,7 +12,16 @@ from django.utils import timezone
 
 from registry.extensions.models import ModelPrice
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import MODEL, of_type, shop_agent, stop_reasons, text_of, transcript, wait_until
+from tests.runtime.helpers import (
+    MODEL,
+    grading_in_flight,
+    of_type,
+    shop_agent,
+    stop_reasons,
+    text_of,
+    transcript,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -63,12 +72,7 @@ def test_a_stalled_worker_is_fenced_out_after_a_takeover(model, open_session, wo
 
 
 def test_archive_while_grading_stays_terminated(model, open_session, workers):
-    slow_verdict = replies.verdict("satisfied", "Good.")
-    slow_verdict.delay = 2.0
-    model.add(replies.text("draft"), slow_verdict)
-    chat = open_session()
-    chat.send({"type": "user.define_outcome", "description": "x", "rubric": {"type": "text", "content": "y"}})
-    wait_until(lambda: len(model.requests) == 2, what="the grader call")
+    chat = grading_in_flight(model, open_session, grader_delay=2.0)
     chat.sdk.beta.sessions.archive(chat.session_id)
     wait_until(lambda: model.in_flight == 0, timeout=10, what="the grader's answer")
     logs = lambda: "".join(process.log.read_text() for process in workers.processes)  # noqa: E731
