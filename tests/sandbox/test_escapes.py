@@ -61,8 +61,13 @@ def test_nothing_of_the_host_is_visible(sandbox_for, canary):
     lines = output.splitlines()
     assert lines[-2] == "1000"  # uid inside; the host sees an unprivileged uid of the session's own
     assert int(lines[-4]) <= 5  # only the sandbox's own processes in /proc
-    for path in (f"{PROJECT}/manage.py", "/etc/hosts", "/usr/bin/x", "/proc/1/root/etc/passwd"):
+    for path in ("/etc/hosts", "/usr/bin/x", "/proc/1/root/etc/passwd"):
         assert run_tool(box, "write", {"file_path": path, "content": "x"}).is_error
+    # The checkout's path may lie under /tmp, the sandbox's own scratch space: a write there lands in
+    # the sandbox, never in the host's file.
+    before = (PROJECT / "manage.py").read_bytes()
+    run_tool(box, "write", {"file_path": f"{PROJECT}/manage.py", "content": "x"})
+    assert (PROJECT / "manage.py").read_bytes() == before
     assert text(run_tool(box, "bash", {"command": "echo still fine"})) == "still fine\nexit code: 0"
 
 
