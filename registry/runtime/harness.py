@@ -29,6 +29,7 @@ from registry.runtime.credentials import bearer_for
 from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError, ModelResponse, request_options
+from registry.runtime.mounts import file_mounts
 from registry.runtime.previews import PreviewPublisher
 from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog, wants_builtin_tools
 from registry.runtime.transcript import (
@@ -161,6 +162,7 @@ class SessionRunner:
         self.agent: dict[str, Any] = session.agent_snapshot
         self.workspace_id = session.workspace_id
         self.vault_ids: list[str] = list(session.vault_ids)
+        self.resources: list[dict[str, Any]] = list(session.resources)
         self.status = session.status
         self.honors_interrupts = session.harness.get("type") not in HARNESSES_IGNORING_INTERRUPT
         separate = session.harness.get("type") == "agent_sdk_harness" and session.harness.get("mode") == "separate"
@@ -530,9 +532,7 @@ class SessionRunner:
             return ToolOutcome.text(NO_SANDBOX, is_error=True)
         self.lease.check()
         try:
-            sandbox = self.sandboxes.ensure(
-                SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id, network=self.network)
-            )
+            sandbox = self.sandboxes.ensure(self._sandbox_spec(self.sandboxes))
             self._sandbox = sandbox
             try:
                 return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
@@ -541,6 +541,20 @@ class SessionRunner:
                 raise
         except SandboxUnavailable as failure:
             self._sandbox_failed(call, str(failure))
+
+    def _sandbox_spec(self, sandboxes: BwrapBackend) -> SandboxSpec:
+        """The session's sandbox: its network policy and its resources (staged on first use here)."""
+        if sandboxes.sandboxes.get(self.session_id) is not None:
+            return SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id)  # exists: ensure ignores
+        try:
+            mounts = file_mounts(
+                workspace_id=self.workspace_id, resources=self.resources, staging=sandboxes.staging(self.session_id)
+            )
+        except OSError as error:
+            raise SandboxUnavailable(f"the session's files could not be staged: {error}") from None
+        return SandboxSpec(
+            session_id=self.session_id, workspace_id=self.workspace_id, network=self.network, mounts=mounts
+        )
 
     def _sandbox_failed(self, call: SessionEvent, cause: str) -> NoReturn:
         """A sandbox that cannot start ends the turn with `session.error` naming the cause; the call gets

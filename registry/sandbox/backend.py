@@ -190,9 +190,10 @@ class BwrapSandbox:
         for path in SYSTEM_PATHS:
             if os.path.exists(path):
                 binds += ["--ro-bind", path, path]
-        for mount in self.spec.mounts:
-            binds += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
         binds += ["--bind", str(self.proxy.socket_path), SOCKET_INSIDE]
+        binds += ["--bind", str(self.workspace), SANDBOX_HOME]
+        for mount in self.spec.mounts:  # after the workspace, so a mount inside /workspace shows through
+            binds += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
         env: list[str] = []
         base = {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **PROXY_ENV}
         for name, value in {**base, **self.spec.env}.items():
@@ -207,7 +208,7 @@ class BwrapSandbox:
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
             "--symlink", "usr/sbin", "/sbin",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            *binds, "--bind", str(self.workspace), SANDBOX_HOME, "--remount-ro", "/", "--chdir", SANDBOX_HOME,
+            *binds, "--remount-ro", "/", "--chdir", SANDBOX_HOME,
             "--clearenv", *env, "--", *inner,
         ]  # fmt: skip
 
@@ -360,6 +361,10 @@ class BwrapBackend:
                 self.sandboxes[spec.session_id] = sandbox
             return sandbox
 
+    def staging(self, session_id: str) -> Path:
+        """Where a session's resources are staged on the host before they are bound into its sandbox."""
+        return self.root / "staged" / session_id
+
     def stop_idle(self, idle_seconds: float) -> None:
         """Stop the shells (and background processes) of sandboxes unused this long; files stay."""
         now = time.monotonic()
@@ -377,6 +382,7 @@ class BwrapBackend:
             sandbox.destroy()
         else:
             shutil.rmtree(self.root / "sessions" / session_id, ignore_errors=True)
+        shutil.rmtree(self.staging(session_id), ignore_errors=True)
         if forget:
             snapshots.delete(session_id)
 

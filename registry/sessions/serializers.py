@@ -52,10 +52,24 @@ class AgentReferenceField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
+RESERVED_MOUNT_ROOTS = ("/proc", "/dev", "/run", "/sys")
+
+
+def validate_mount_path(value: str | None) -> None:
+    """An absolute path in the sandbox, without `.` or `..` segments, outside the kernel's own trees."""
+    if value is None:
+        return
+    segments = value.split("/")[1:]
+    if not value.startswith("/") or not all(segments) or any(segment in (".", "..") for segment in segments):
+        raise serializers.ValidationError("must be an absolute path without empty, '.' or '..' segments.")
+    if any(value == root or value.startswith(root + "/") for root in RESERVED_MOUNT_ROOTS):
+        raise serializers.ValidationError(f"must not be under {', '.join(RESERVED_MOUNT_ROOTS)}.")
+
+
 class FileResourceSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["file"])
     file_id = serializers.RegexField(r"^file_[A-Za-z0-9_-]+$")
-    mount_path = StrictCharField(required=False, allow_null=True, max_length=1024)
+    mount_path = StrictCharField(required=False, allow_null=True, max_length=1024, validators=[validate_mount_path])
 
 
 class MemoryStoreResourceSerializer(StrictSerializer):
@@ -76,7 +90,7 @@ class GitHubRepositoryResourceSerializer(StrictSerializer):
     url = serializers.RegexField(r"^https://[^\s/]+/[^\s]+$", max_length=2048)
     authorization_token = StrictCharField(required=False, max_length=4096, write_only=True)
     checkout = CheckoutSerializer(required=False, allow_null=True)
-    mount_path = StrictCharField(required=False, allow_null=True, max_length=1024)
+    mount_path = StrictCharField(required=False, allow_null=True, max_length=1024, validators=[validate_mount_path])
 
 
 RESOURCE_KINDS = {

@@ -3,9 +3,11 @@ session's sandbox, the reference client reads `agent.tool_use` / `agent.tool_res
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 
+import anthropic
 import pytest
 
 from registry.sandbox.backend import host_uid
@@ -180,3 +182,33 @@ def test_a_sandbox_that_cannot_start_ends_the_turn_and_the_session_goes_on(model
     chat.say("just talk")
     events = chat.wait_idle(2)
     assert text_of(of_type(events, "agent.message")[-1]) == "next turn works"
+
+
+def test_file_resources_are_mounted_read_only_with_their_exact_bytes(model, open_session, sdk):
+    payload = bytes(range(256)) * 4
+    uploaded = sdk.beta.files.upload(file=("data.bin", payload, "application/octet-stream"))
+    custom = "/workspace/inputs/data.bin"
+    model.add(
+        replies.tool_call("bash", {"command": f"sha256sum /mnt/session/uploads/{uploaded.id} {custom} | cut -c1-64"}),
+        replies.tool_call("bash", {"command": f"echo changed > /mnt/session/uploads/{uploaded.id}"}),
+        replies.text("ok"),
+    )
+    chat = open_session(tools=[toolset()])
+    resources = [
+        {"type": "file", "file_id": uploaded.id},
+        {"type": "file", "file_id": uploaded.id, "mount_path": custom},
+    ]
+    agent_id, environment_id = chat.session()["agent"]["id"], chat.session()["environment_id"]
+    chat.session_id = sdk.beta.sessions.create(agent=agent_id, environment_id=environment_id, resources=resources).id
+    chat.say("check the file")
+    events = chat.wait_idle()
+    digest = hashlib.sha256(payload).hexdigest()
+    (hashes, _), (refused, _) = results(events)
+    assert hashes == f"{digest}\n{digest}\nexit code: 0"
+    assert "Read-only file system" in refused and not refused.endswith("exit code: 0")
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.sessions.create(
+            agent=agent_id,
+            environment_id=environment_id,
+            resources=[{"type": "file", "file_id": uploaded.id, "mount_path": "/proc/self/x"}],
+        )

@@ -1,0 +1,46 @@
+"""What a session brings into its sandbox. Today: its `file` resources, each with its exact bytes,
+read-only at its `mount_path` (default `/mnt/session/uploads/<file_id>`). Repositories, skills, memory
+stores, credentials and packages are not mounted yet (issue 13).
+
+The bytes are staged on the host under the sandbox root (`staged/<session>/<file_id>`, readable by
+the session's uid) and bound into the sandbox when the worker creates it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from registry.files.models import File
+from registry.files.selectors import file_content
+from registry.sandbox.backend import Mount
+
+
+def file_mounts(*, workspace_id: str, resources: list[dict[str, Any]], staging: Path) -> tuple[Mount, ...]:
+    """A read-only mount per live `file` resource of the session (a file deleted since is left out)."""
+    mounts = []
+    for resource in resources:
+        if resource["type"] != "file":
+            continue
+        file = File.objects.filter(workspace_id=workspace_id, pk=resource["file_id"]).first()
+        if file is None or file.expired:
+            continue
+        mounts.append(Mount(stage(file, staging), resource["mount_path"], read_only=True))
+    return tuple(mounts)
+
+
+def stage(file: File, staging: Path) -> Path:
+    """The file's bytes on the host, copied once (written aside, then renamed into place)."""
+    target = staging / file.id
+    if target.exists():
+        return target
+    staging.mkdir(parents=True, exist_ok=True)
+    os.chmod(staging, 0o711)
+    with file_content(file) as source, tempfile.NamedTemporaryFile(dir=staging, delete=False) as copy:
+        shutil.copyfileobj(source, copy)
+    os.chmod(copy.name, 0o444)
+    os.replace(copy.name, target)
+    return target
