@@ -22,6 +22,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from registry.core.serialization import timestamp
+from registry.files.models import File
+from registry.files.selectors import file_content
 from registry.runtime import context, mcp_client, outcomes
 from registry.runtime.budget import BudgetMeter
 from registry.runtime.config import RuntimeSettings
@@ -625,8 +627,12 @@ class SessionRunner:
         start = self._emit(
             "span.outcome_evaluation_start", {"outcome_id": definition["outcome_id"], "iteration": iteration}
         )
+        rubric = rubric_for_grader(self.workspace_id, definition["rubric"])
         request = outcomes.grading_request(
-            model=self.model_id, outcome=definition, messages=messages, max_tokens=self.config.max_tokens
+            model=self.model_id,
+            outcome={**definition, "rubric": rubric},
+            messages=messages,
+            max_tokens=self.config.max_tokens,
         )
         response = self._call_model(lambda: self._create(request))
         verdict, explanation = outcomes.parse_verdict(response.text())
@@ -663,6 +669,21 @@ class SessionRunner:
             if evaluation.get("result") in outcomes.IN_PROGRESS:
                 finished = {**evaluation, "result": "interrupted", "completed_at": timestamp(timezone.now())}
                 services.session_record_evaluation(session_id=self.session_id, evaluation=finished, fence=self.fence)
+
+
+RUBRIC_FILE_MAX_BYTES = 200_000
+
+
+def rubric_for_grader(workspace_id: str, rubric: dict[str, Any]) -> dict[str, Any]:
+    """A file rubric as the text the grader reads (the file of the session's workspace, as UTF-8)."""
+    if rubric["type"] != "file":
+        return rubric
+    file = File.objects.filter(workspace_id=workspace_id, pk=rubric["file_id"]).first()
+    if file is None or file.expired:
+        return {"type": "text", "content": f"(the rubric file {rubric['file_id']} no longer exists)"}
+    with file_content(file) as stream:
+        text = stream.read(RUBRIC_FILE_MAX_BYTES).decode("utf-8", "replace")
+    return {"type": "text", "content": text}
 
 
 def tool_result(call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> dict[str, Any]:

@@ -107,3 +107,16 @@ def test_needs_revision_puts_the_outcome_back_to_running_with_the_feedback(model
     assert outcome(chat)["explanation"] == "Too short." and outcome(chat)["completed_at"] is None
     chat.wait_idle()
     assert outcome(chat)["result"] == "satisfied" and outcome(chat)["iteration"] == 1
+
+
+def test_a_file_rubric_is_read_by_the_grader(model, open_session, sdk):
+    rubric = sdk.beta.files.upload(file=("rubric.md", b"Must mention the word PELICAN.", "text/markdown"))
+    model.add(replies.text("A pelican poem"), replies.verdict("satisfied", "Mentions it."))
+    chat = open_session()
+    chat.send(
+        {"type": "user.define_outcome", "description": "A poem", "rubric": {"type": "file", "file_id": rubric.id}}
+    )
+    chat.wait_idle()
+    grade = model.requests[1].body
+    assert "Must mention the word PELICAN." in grade["messages"][0]["content"][0]["text"]
+    assert outcome(chat)["result"] == "satisfied"
