@@ -16,6 +16,7 @@ RANDOM_LENGTH = 24
 PREFIXES = (
     "agent",
     "sesn",
+    "sesrsc",
     "sevt",
     "env",
     "file",

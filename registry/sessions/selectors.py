@@ -31,7 +31,7 @@ def render_session(session: Session) -> dict[str, Any]:
         "title": session.title,
         "metadata": session.metadata,
         "vault_ids": session.vault_ids,
-        "resources": [_public_resource(resource) for resource in session.resources],
+        "resources": [public_resource(resource) for resource in session.resources],
         "status": session.status,
         "stop_reason": session.stop_reason,
         "usage": {**session.usage, "active_seconds": session.active_seconds},
@@ -59,7 +59,7 @@ def _agent_fields(spec: dict[str, Any]) -> dict[str, Any]:
     return {key: spec.get(key) for key in keys}
 
 
-def _public_resource(resource: dict[str, Any]) -> dict[str, Any]:
+def public_resource(resource: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in resource.items() if key not in PUBLIC_RESOURCE_FIELDS}
 
 

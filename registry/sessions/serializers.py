@@ -146,6 +146,12 @@ class SessionCreateSerializer(StrictSerializer):
     budget = BudgetSerializer(required=False)
 
 
+class SessionResourceUpdateSerializer(StrictSerializer):
+    """A live resource's only changeable field: a repository's token (rotation)."""
+
+    authorization_token = StrictCharField(max_length=4096, write_only=True)
+
+
 class SessionUpdateSerializer(StrictSerializer):
     title = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=512)
     metadata = MetadataField(required=False, allow_null_values=True)

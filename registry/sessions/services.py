@@ -7,7 +7,6 @@ Every visible event gets the next `seq` under a lock on the session row.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -21,14 +20,10 @@ from registry.agents.models import Agent, AgentVersion
 from registry.core.errors import conflict, invalid_request, not_found
 from registry.core.fields import merge_metadata
 from registry.core.ids import new_id
-from registry.core.secrets import seal
 from registry.core.selectors import require_live
 from registry.environments.models import Environment
 from registry.extensions.selectors import list_price
-from registry.files.selectors import check_file_resources
-from registry.gitcreds.selectors import git_credential_for_url
-from registry.memory.models import MemoryStore
-from registry.sessions import notify
+from registry.sessions import notify, resources
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.vaults.models import Vault
@@ -69,38 +64,8 @@ def _resolve_environment(workspace: Workspace, environment_id: str) -> Environme
 
 
 def _check_references(workspace: Workspace, values: dict[str, Any]) -> None:
-    """Vaults and memory stores a session names must be live resources of its workspace."""
+    """Vaults a session names must be live vaults of its workspace."""
     require_live(Vault, workspace=workspace, ids=list(values.get("vault_ids") or []), field="vault_ids", noun="vault")
-    store_ids = [item["memory_store_id"] for item in values.get("resources") or [] if item["type"] == "memory_store"]
-    require_live(MemoryStore, workspace=workspace, ids=store_ids, field="resources", noun="memory store")
-
-
-def _repository_credential(workspace: Workspace, resource: dict[str, Any]) -> dict[str, Any]:
-    """A repository without its own token clones with the workspace's git credential for its host."""
-    if resource.get("authorization_token"):
-        return {}
-    credential = git_credential_for_url(workspace_id=workspace.pk, url=resource["url"])
-    return {"git_credential_id": credential.id} if credential else {}
-
-
-def _resource_record(resource: dict[str, Any], now: str) -> dict[str, Any]:
-    """A session resource as stored: an id, timestamps, defaults, and any token sealed (never echoed)."""
-    record = {key: value for key, value in resource.items() if key != "authorization_token"}
-    record["id"] = f"sesrsc_{secrets.token_hex(12)}"
-    record["created_at"] = record["updated_at"] = now
-    if resource["type"] == "file":
-        record.setdefault("mount_path", None)
-        record["mount_path"] = record["mount_path"] or f"/mnt/session/uploads/{resource['file_id']}"
-    elif resource["type"] == "memory_store":
-        record["access"] = record.get("access") or "read_write"
-        record.setdefault("instructions", None)
-    else:
-        repository = resource["url"].rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-        record["mount_path"] = record.get("mount_path") or f"/workspace/{repository}"
-        record.setdefault("checkout", None)
-        if resource.get("authorization_token"):
-            record["sealed_authorization_token"] = seal(resource["authorization_token"], context=record["id"])
-    return record
 
 
 BUDGET_PROVIDER = "vendor_b"  # the runtime speaks the messages shape
@@ -122,8 +87,7 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
     _check_references(workspace, values)
     if values.get("budget"):
         _check_budgetable(spec)
-    check_file_resources(workspace_id=workspace.pk, resources=values.get("resources") or [])
-    now = timezone.now().isoformat()
+    records = resources.build_records(workspace, list(values.get("resources") or []), [])
     session = Session.objects.create(
         workspace=workspace,
         agent=agent,
@@ -134,13 +98,7 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
         title=values.get("title"),
         metadata=values.get("metadata", {}),
         vault_ids=list(values.get("vault_ids") or []),
-        resources=[
-            {
-                **_resource_record(item, now),
-                **(_repository_credential(workspace, item) if item["type"] == "github_repository" else {}),
-            }
-            for item in values.get("resources") or []
-        ],
+        resources=records,
         usage=EMPTY_USAGE,
         budget=values.get("budget"),
     )

@@ -13,19 +13,22 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.errors import not_found
+from registry.core.errors import invalid_request, not_found
+from registry.core.fields import TaggedUnionField
 from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schema
-from registry.core.pagination import KeysetPagination
+from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token
 from registry.core.serialization import timestamp
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
-from registry.sessions import selectors, services
+from registry.sessions import resources, selectors, services
 from registry.sessions.events import SendEventsSerializer
 from registry.sessions.filters import EventFilter, SessionFilter
 from registry.sessions.models import Session
 from registry.sessions.serializers import (
+    RESOURCE_KINDS,
     AppendedEventSerializer,
     EventSerializer,
     SessionCreateSerializer,
+    SessionResourceUpdateSerializer,
     SessionSerializer,
     SessionUpdateSerializer,
 )
@@ -134,3 +137,74 @@ class SessionEventViewSet(WorkspaceViewSet):
                 ]
             }
         )
+
+
+RESOURCE_LIST_MAX = 1000
+
+
+class SessionResourceViewSet(WorkspaceViewSet):
+    """`/v1/sessions/{id}/resources`: list, add; `/{resource_id}`: retrieve, update (token), delete."""
+
+    model = Session
+    resource_type = "session"
+    operation_name = "session_resource"
+    archivable = False
+
+    @extend_schema(
+        parameters=LIST_PARAMETERS[:2],
+        responses=inline_serializer(
+            "SessionResourceList",
+            {"data": serializers.ListField(), "next_page": serializers.CharField(allow_null=True)},
+        ),
+    )
+    def list(self, request: Request, id: str) -> Response:
+        records = [selectors.public_resource(record) for record in self.get_object().resources]
+        if request.query_params.get("page"):
+            after = decode_cursor_token(request.query_params["page"])
+            ids = [record["id"] for record in records]
+            records = records[ids.index(after) + 1 :] if after in ids else []
+        limit = _resource_limit(request.query_params.get("limit"))
+        page, rest = records[:limit], records[limit:]
+        return Response({"data": page, "next_page": encode_cursor_token(page[-1]["id"]) if rest else None})
+
+    @extend_schema(
+        request=TaggedUnionField(RESOURCE_KINDS, component_name="SessionResource"), responses=OpenApiTypes.OBJECT
+    )
+    def create(self, request: Request, id: str) -> Response:
+        body = TaggedUnionField(RESOURCE_KINDS, component_name="SessionResource")
+        resource = body.run_validation(request.data)
+        record = resources.resource_add(session=self.get_object(), resource=resource)
+        return Response(selectors.public_resource(record))
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def retrieve(self, request: Request, id: str, resource_id: str) -> Response:
+        return Response(selectors.public_resource(resources.find(self.get_object(), resource_id)))
+
+    @extend_schema(request=SessionResourceUpdateSerializer, responses=OpenApiTypes.OBJECT)
+    def partial_update(self, request: Request, id: str, resource_id: str) -> Response:
+        body = SessionResourceUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        record = resources.resource_update(
+            session=self.get_object(),
+            resource_id=resource_id,
+            authorization_token=body.validated_data["authorization_token"],
+        )
+        return Response(selectors.public_resource(record))
+
+    @extend_schema(
+        responses=inline_serializer(
+            "SessionResourceDeleted", {"id": serializers.CharField(), "type": serializers.CharField()}
+        )
+    )
+    def destroy(self, request: Request, id: str, resource_id: str) -> Response:
+        resources.resource_delete(session=self.get_object(), resource_id=resource_id)
+        return Response({"id": resource_id, "type": "session_resource_deleted"})
+
+
+def _resource_limit(raw: str | None) -> int:
+    """`limit`: 1 to 1000; omitted, every resource."""
+    if raw in (None, ""):
+        return RESOURCE_LIST_MAX
+    if not raw.isdigit() or not 1 <= int(raw) <= RESOURCE_LIST_MAX:
+        raise invalid_request(f"limit: must be an integer from 1 to {RESOURCE_LIST_MAX}.")
+    return int(raw)
