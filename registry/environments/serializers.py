@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from registry.core.fields import (
@@ -14,11 +17,20 @@ from registry.core.fields import (
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 SCOPES = ("organization",)
+# What pip, npm, apt, cargo, gem and go specifiers need, and nothing a shell or an option parser would
+# read specially (installers get argument lists, but a name is never an option or a shell word).
+PACKAGE_NAME = RegexValidator(
+    re.compile(r"\A[A-Za-z0-9._+=<>!~@/:\[\],][A-Za-z0-9._+=<>!~@/:\[\],-]*\Z"),
+    "Package names are letters, digits and ._-+=<>!~@/:[], (no whitespace or shell characters, no leading -).",
+)
 
 
 def package_list() -> serializers.ListField:
     return serializers.ListField(
-        child=StrictCharField(min_length=1, max_length=256), required=False, allow_null=True, max_length=512
+        child=StrictCharField(min_length=1, max_length=256, validators=[PACKAGE_NAME]),
+        required=False,
+        allow_null=True,
+        max_length=512,
     )
 
 

@@ -84,6 +84,33 @@ def test_invalid_bodies_are_400_and_write_nothing(api, body, field):
     assert Environment.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["requests; rm -rf /", "a|b", "a&b", "$(id)", "`id`", "it's", '"x"', "a b", "pkg*", "x?", "{a}", "-e", "--pre"],
+)
+def test_package_names_with_shell_characters_are_400_and_write_nothing(api, name):
+    body = {"name": "e", "config": {"type": "cloud", "packages": {"npm": ["left-pad"], "pip": ["ok", name]}}}
+    assert_error(api.post("/v1/environments", body, format="json"), 400, "invalid_request_error", "pip")
+    assert Environment.objects.count() == 0
+
+
+def test_package_specifiers_keep_what_installers_need(api):
+    names = ["requests[socks]>=2.31,<3", "numpy==1.26.4", "@types/node@20", "libc6:amd64", "g++", "x~=1.0", "a!=2"]
+    environment = create(api, {"name": "e", "config": {"type": "cloud", "packages": {"pip": names}}})
+    assert environment["config"]["packages"]["pip"] == names
+
+
+def test_a_bad_package_name_in_an_update_changes_nothing(api):
+    environment = create(api, {"name": "e", "config": {"type": "cloud", "packages": {"apt": ["curl"]}}})
+    response = api.post(
+        f"/v1/environments/{environment['id']}",
+        {"config": {"type": "cloud", "packages": {"apt": ["curl && reboot"]}}},
+        format="json",
+    )
+    assert_error(response, 400, "invalid_request_error", "apt")
+    assert Environment.objects.get().config["packages"]["apt"] == ["curl"]
+
+
 def test_metadata_merge(api):
     environment = create(api, {"name": "e", "metadata": {"a": "1", "b": "2"}})
     updated = api.post(
