@@ -1,0 +1,101 @@
+"""An agent's skills in the sandbox, and the system prompt section that lists them.
+
+Each `custom` skill (the version the agent pins; `latest` is the skill's newest version) is unpacked
+once per worker under `<sandbox root>/skills/<skill id>/<version>/` (versions are immutable) and bound
+read-only at `/mnt/session/skills/<name>/`, `name` from the version's `SKILL.md`. The prompt lists each
+skill's name, description and path; the agent reads `SKILL.md` and the rest with its tools when it
+needs them. This deployment has no `anthropic` skills: an agent that names one gets `SkillsUnavailable`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from registry.files.storage import upload_storage
+from registry.sandbox.backend import Mount
+from registry.skills.models import Skill, SkillVersion
+from registry.skills.selectors import LATEST
+
+SKILLS_ROOT = "/mnt/session/skills"
+
+
+class SkillsUnavailable(Exception):
+    """The agent names skills this deployment cannot provide."""
+
+
+@dataclass(frozen=True)
+class StagedSkill:
+    name: str
+    description: str
+    mount: Mount
+
+
+def agent_skills(*, workspace_id: str, agent: dict[str, Any], root: Path) -> list[StagedSkill]:
+    references = agent.get("skills") or []
+    unavailable = [reference["skill_id"] for reference in references if reference["type"] != "custom"]
+    if unavailable:
+        raise SkillsUnavailable(
+            f"This deployment has no Anthropic skills; the agent names {', '.join(unavailable)}. "
+            "Upload them as custom skills or remove them from the agent."
+        )
+    staged = []
+    for reference in references:
+        version = _version(workspace_id, reference)
+        if version is None:
+            raise SkillsUnavailable(f"Skill {reference['skill_id']} version {reference.get('version')} is gone.")
+        folder = _unpack(version, root)
+        staged.append(StagedSkill(version.name, version.description, Mount(folder, f"{SKILLS_ROOT}/{version.name}")))
+    return staged
+
+
+def _version(workspace_id: str, reference: dict[str, Any]) -> SkillVersion | None:
+    skill = Skill.objects.filter(workspace_id=workspace_id, pk=reference["skill_id"]).first()
+    if skill is None:
+        return None
+    wanted = reference.get("version") or LATEST
+    return SkillVersion.objects.filter(
+        skill=skill, version=skill.latest_version if wanted == LATEST else wanted
+    ).first()
+
+
+def _unpack(version: SkillVersion, root: Path) -> Path:
+    """The version's files on the host, unpacked once (into a temporary folder, then renamed)."""
+    target = root / "skills" / version.skill_id / version.version
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for directory in (root / "skills", target.parent):
+        os.chmod(directory, 0o711)
+    unpacking = Path(tempfile.mkdtemp(dir=target.parent))
+    storage = upload_storage()
+    for file in version.files.all():
+        destination = unpacking.joinpath(*file.path.split("/"))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with storage.open(file.storage_name, "rb") as source, open(destination, "wb") as copy:
+            shutil.copyfileobj(source, copy)
+    for directory, _, names in os.walk(unpacking):
+        os.chmod(directory, 0o755)
+        for name in names:
+            os.chmod(os.path.join(directory, name), 0o444)
+    try:
+        os.rename(unpacking, target)
+    except OSError:  # another session unpacked it meanwhile
+        shutil.rmtree(unpacking, ignore_errors=True)
+    return target
+
+
+def skills_prompt(skills: list[StagedSkill]) -> str | None:
+    if not skills:
+        return None
+    lines = [
+        "# Skills",
+        "These skills are installed. When a task matches one, read its SKILL.md first (with your file tools) "
+        "and follow it; read the skill's other files only when SKILL.md points you to them.",
+    ]
+    lines += [f"- {skill.name}: {skill.description} (at {skill.mount.target}/SKILL.md)" for skill in skills]
+    return "\n".join(lines)
