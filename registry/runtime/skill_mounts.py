@@ -74,14 +74,16 @@ def _unpack(version: SkillVersion, root: Path) -> Path:
     unpacking = Path(tempfile.mkdtemp(dir=target.parent))
     storage = upload_storage()
     for file in version.files.all():
+        if any(part in ("", ".", "..") for part in file.path.split("/")):
+            continue  # refused at upload; never written outside the folder
         destination = unpacking.joinpath(*file.path.split("/"))
         destination.parent.mkdir(parents=True, exist_ok=True)
         with storage.open(file.storage_name, "rb") as source, open(destination, "wb") as copy:
             shutil.copyfileobj(source, copy)
-    for directory, _, names in os.walk(unpacking):
-        os.chmod(directory, 0o755)
+    for folder, _, names in os.walk(unpacking):
+        os.chmod(folder, 0o755)
         for name in names:
-            os.chmod(os.path.join(directory, name), 0o444)
+            os.chmod(os.path.join(folder, name), 0o444)
     try:
         os.rename(unpacking, target)
     except OSError:  # another session unpacked it meanwhile
