@@ -1,0 +1,270 @@
+"""Environment packages as a cached, read-only layer: built once (real bubblewrap, real pip, a PyPI
+"simple" index on loopback) and seen by every session of the environment; failures, retries, the
+network policy and missing toolchains."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import shutil
+import socket
+import tarfile
+import threading
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from registry.sandbox.backend import SHELL_PATH, BwrapBackend, Limits, SandboxSpec
+from registry.sandbox.egress import REFUSED, NetworkPolicy
+from registry.sandbox.packages import (
+    PackageBuildFailed,
+    PackageLayer,
+    ensure_layer,
+    layer_key,
+    missing_tools,
+    wanted_packages,
+)
+
+
+@pytest.fixture
+def limits() -> Limits:
+    """The sandbox tests' limits, with address space enough for node (V8 reserves more than 512 MB)."""
+    return Limits(memory_mb=2048, pids=64, workspace_mb=64, output_limit=2000, command_timeout_ms=10_000)
+
+
+def wheel(name: str, value: str) -> bytes:
+    """A minimal pure-Python wheel whose module `name` has `VALUE = value`."""
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value!r}\n".encode(),
+        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for path, data in files.items()
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+        archive.writestr(f"{name}-1.0.dist-info/RECORD", record + f"{name}-1.0.dist-info/RECORD,,\n")
+    return buffer.getvalue()
+
+
+@dataclass
+class Index:
+    """A PyPI "simple" index on the host's loopback: the wheels it offers and the paths asked for."""
+
+    url: str = ""
+    wheels: dict[str, bytes] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+
+    def add(self, name: str, value: str) -> None:
+        self.wheels[name] = wheel(name, value)
+
+    def route(self, path: str) -> tuple[bytes, str]:
+        self.requests.append(path)
+        if path.startswith("/files/"):
+            return self.wheels[path.split("/")[2]], "application/octet-stream"
+        name = path.strip("/").split("/")[-1]
+        links = ""
+        if name in self.wheels:
+            digest = hashlib.sha256(self.wheels[name]).hexdigest()
+            filename = f"{name}-1.0-py3-none-any.whl"
+            links = f'<a href="/files/{name}/{filename}#sha256={digest}">{filename}</a>'
+        return f"<!DOCTYPE html><html><body>{links}</body></html>".encode(), "text/html"
+
+    def downloads(self, name: str) -> int:
+        return sum(path.startswith(f"/files/{name}/") for path in self.requests)
+
+
+@pytest.fixture
+def index(loopback_site, monkeypatch, settings) -> Index:
+    made = Index()
+    made.add("tinypkg", "from the layer")
+    made.url = loopback_site(made.route)
+    monkeypatch.setenv("PIP_INDEX_URL", made.url + "/simple/")
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
+    return made
+
+
+def pip_packages(*names: str) -> dict[str, object]:
+    return {"type": "packages", "apt": [], "cargo": [], "gem": [], "go": [], "npm": None, "pip": list(names)}
+
+
+def session(backend: BwrapBackend, session_id: str, layer: PackageLayer | None) -> Callable[[str], str]:
+    assert layer is not None
+    box = backend.ensure(SandboxSpec(session_id=session_id, workspace_id="wsp", mounts=layer.mounts, env=layer.env))
+    return lambda command: box.run(command).output.strip()
+
+
+def refusals() -> float:
+    """The egress proxy's refusals for hosts outside the policy, so far."""
+    return sum(
+        sample.value
+        for metric in REFUSED.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("reason") == "not_allowed"
+    )
+
+
+IMPORT = "python3 -c 'import tinypkg; print(tinypkg.VALUE)' 2>&1"
+
+
+def test_a_pip_package_is_importable_in_two_sessions_while_the_installer_ran_once(backend, index):
+    layers: list[PackageLayer | None] = []
+
+    def start() -> None:
+        packages = pip_packages("tinypkg")
+        layers.append(ensure_layer(backend, environment_id="env_a", packages=packages, network=NetworkPolicy()))
+
+    starters = [threading.Thread(target=start) for _ in range(2)]
+    for starter in starters:
+        starter.start()
+    for starter in starters:
+        starter.join()
+    assert len(layers) == 2 and layers[0] == layers[1]
+    assert session(backend, "sesn_first", layers[0])(IMPORT) == "from the layer"
+    later = ensure_layer(backend, environment_id="env_a", packages=pip_packages("tinypkg"), network=NetworkPolicy())
+    assert session(backend, "sesn_second", later)(IMPORT) == "from the layer"
+    assert index.downloads("tinypkg") == 1
+    assert sum("/simple/tinypkg" in path for path in index.requests) == 1
+
+
+def test_the_layer_is_read_only_inside_the_sandbox(backend, index):
+    layer = ensure_layer(backend, environment_id="env_ro", packages=pip_packages("tinypkg"), network=NetworkPolicy())
+    run = session(backend, "sesn_ro", layer)
+    assert "Read-only file system" in run("touch /opt/packages/python/tinypkg/new 2>&1")
+    assert "Read-only file system" in run("rm -rf /opt/packages/python/tinypkg 2>&1 | head -1")
+    assert run(IMPORT) == "from the layer"
+
+
+def test_a_new_package_list_is_a_new_layer(backend, index):
+    index.add("otherpkg", "other")
+    first = ensure_layer(backend, environment_id="env_v", packages=pip_packages("tinypkg"), network=NetworkPolicy())
+    second = ensure_layer(
+        backend, environment_id="env_v", packages=pip_packages("tinypkg", "otherpkg"), network=NetworkPolicy()
+    )
+    assert first is not None and second is not None and first.mounts != second.mounts
+    assert session(backend, "sesn_v", second)("python3 -c 'import otherpkg; print(otherpkg.VALUE)'") == "other"
+    assert index.downloads("tinypkg") == 2
+
+
+def test_a_failed_build_names_the_installers_last_lines_keeps_its_log_and_is_retried(backend, index):
+    packages = pip_packages("latepkg")
+    with pytest.raises(PackageBuildFailed) as failure:
+        ensure_layer(backend, environment_id="env_f", packages=packages, network=NetworkPolicy())
+    assert "No matching distribution found for latepkg" in str(failure.value)
+    assert str(failure.value).count("\n") <= 21
+    directory = backend.root / "layers" / layer_key("env_f", wanted_packages(packages))
+    assert "No matching distribution found for latepkg" in (directory / "build.log").read_text()
+    assert not (directory / ".complete").exists()
+
+    index.add("latepkg", "second time lucky")
+    layer = ensure_layer(backend, environment_id="env_f", packages=packages, network=NetworkPolicy())
+    assert session(backend, "sesn_retry", layer)("python3 -c 'import latepkg; print(latepkg.VALUE)'") == (
+        "second time lucky"
+    )
+    assert (directory / ".complete").exists() and "packages installed" in (directory / "build.log").read_text()
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_limited_networking_builds_only_with_package_managers_allowed(backend, index, allowed):
+    policy = NetworkPolicy("limited", allow_package_managers=allowed)
+    packages = pip_packages("tinypkg")
+    if allowed:
+        layer = ensure_layer(backend, environment_id="env_l", packages=packages, network=policy)
+        assert session(backend, "sesn_limited", layer)(IMPORT) == "from the layer"
+    else:
+        before = refusals()
+        with pytest.raises(PackageBuildFailed) as failure:
+            ensure_layer(backend, environment_id="env_l", packages=packages, network=policy)
+        assert "No matching distribution found for tinypkg" in str(failure.value)
+        assert refusals() > before and index.requests == []
+
+
+def npm_tarball(name: str, value: str) -> bytes:
+    """A minimal npm package tarball whose main module exports `value`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path, text in {
+            "package/package.json": json.dumps({"name": name, "version": "1.0.0", "main": "index.js"}),
+            "package/index.js": f"module.exports = {json.dumps(value)};\n",
+        }.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(text.encode())
+            archive.addfile(info, io.BytesIO(text.encode()))
+    return buffer.getvalue()
+
+
+def test_an_npm_package_is_required_from_the_layer(backend, loopback_site, monkeypatch, settings):
+    tarball = npm_tarball("tinynpm", "from the npm layer")
+    requests: list[str] = []
+
+    def registry(path: str) -> tuple[bytes, str]:
+        requests.append(path)
+        if path.endswith(".tgz"):
+            return tarball, "application/octet-stream"
+        integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+        version = {
+            "name": "tinynpm",
+            "version": "1.0.0",
+            "dist": {
+                "tarball": f"{root}/tinynpm/-/tinynpm-1.0.0.tgz",
+                "shasum": hashlib.sha1(tarball).hexdigest(),
+                "integrity": integrity,
+            },
+        }
+        packument = {"name": "tinynpm", "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": version}}
+        return json.dumps(packument).encode(), "application/json"
+
+    root = loopback_site(registry)
+    monkeypatch.setenv("npm_config_registry", root + "/")
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
+    packages = {"npm": ["tinynpm"]}
+    layer = ensure_layer(backend, environment_id="env_npm", packages=packages, network=NetworkPolicy())
+    again = ensure_layer(backend, environment_id="env_npm", packages=packages, network=NetworkPolicy())
+    assert layer == again
+    run = session(backend, "sesn_npm", layer)
+    assert run("cd /tmp && node -e 'console.log(require(\"tinynpm\"))' 2>&1") == "from the npm layer"
+    assert sum(path.endswith(".tgz") for path in requests) == 1
+
+
+@pytest.fixture
+def debian_mirror(settings) -> None:
+    """The host's apt sources (deb.debian.org), reachable through the proxy at whatever addresses they have here."""
+    addresses = {str(info[4][0]) for info in socket.getaddrinfo("deb.debian.org", 80, type=socket.SOCK_STREAM)}
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = ",".join(addresses)
+
+
+def test_an_apt_package_is_unpacked_into_the_layer_without_root(backend, debian_mirror):
+    layer = ensure_layer(backend, environment_id="env_apt", packages={"apt": ["hello"]}, network=NetworkPolicy())
+    assert session(backend, "sesn_apt", layer)("hello 2>&1; command -v hello") == (
+        "Hello, world!\n/opt/packages/apt/usr/bin/hello"
+    )
+
+
+def test_an_apt_package_with_maintainer_scripts_is_refused(backend, debian_mirror):
+    with pytest.raises(PackageBuildFailed) as failure:
+        ensure_layer(backend, environment_id="env_apt", packages={"apt": ["figlet"]}, network=NetworkPolicy())
+    assert "figlet_" in str(failure.value) and "has maintainer scripts (postinst, prerm)" in str(failure.value)
+
+
+def test_a_missing_toolchain_is_a_clear_error(backend):
+    absent = [tool for tool in ("gem", "go", "cargo") if shutil.which(tool, path=SHELL_PATH) is None]
+    assert absent, "this test needs a host without one of gem, go or cargo in the sandbox's PATH"
+    manager = absent[0]
+    with pytest.raises(PackageBuildFailed) as failure:
+        ensure_layer(backend, environment_id="env_t", packages={manager: ["something"]}, network=NetworkPolicy())
+    assert f"This worker has no {manager}, needed for the environment's {manager} packages." == str(failure.value)
+    assert missing_tools({"pip": ["x"], manager: ["y"]}) == [manager]
+
+
+def test_no_packages_no_layer(backend):
+    assert ensure_layer(backend, environment_id="env_n", packages=pip_packages(), network=NetworkPolicy()) is None
+    assert ensure_layer(backend, environment_id="env_n", packages={}, network=NetworkPolicy()) is None
+    assert not (backend.root / "layers").exists()
