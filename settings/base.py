@@ -243,6 +243,11 @@ REGISTRY_SANDBOX_IDLE_SECONDS = env_int("REGISTRY_SANDBOX_IDLE_SECONDS", 600)
 # Exceptions (`host`, `host:port`, CIDR) to the sandbox proxy's ban on loopback/private addresses; a
 # `limited` environment still needs the host in its allowed_hosts.
 REGISTRY_SANDBOX_EGRESS_ALLOW = env_str("REGISTRY_SANDBOX_EGRESS_ALLOW")
+# The CA the sandbox proxy ends TLS with to put `environment_variable` secrets in (made on first use,
+# key mode 0600; empty: `<REGISTRY_SANDBOX_ROOT>/ca`), and extra CAs (a PEM file) it trusts upstream
+# besides the system store (private CAs, tests).
+REGISTRY_SANDBOX_CA_DIR = env_str("REGISTRY_SANDBOX_CA_DIR")
+REGISTRY_SANDBOX_EXTRA_CA_FILE = env_str("REGISTRY_SANDBOX_EXTRA_CA_FILE")
 # The web tools: fetches go through the sandbox's proxy; search asks a SearXNG-compatible endpoint.
 REGISTRY_WEB_FETCH_MAX_BYTES = env_int("REGISTRY_WEB_FETCH_MAX_BYTES", 5 * 1024 * 1024)
 REGISTRY_WEB_FETCH_TIMEOUT_MS = env_int("REGISTRY_WEB_FETCH_TIMEOUT_MS", 30000)

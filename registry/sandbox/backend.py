@@ -6,6 +6,8 @@ count against, or are readable by, another's) and uid 1000 inside. It sees the h
 read-only, a private `/tmp`, its workspace at `/workspace` read-write and the mounts it was given,
 nothing else: not the project, not `/root`, not the registry's environment. It has no network
 interface but its own loopback. A persistent bash shell keeps cwd and exports between commands.
+A sandbox with secrets (`injections`) has only their placeholders in its environment, and a trust
+bundle that accepts the deployment CA its egress proxy ends TLS with.
 
 Limits are rlimits (this host does not delegate cgroup v2): address space (memory), processes
 (per session uid), file size, and a wall-clock deadline per command, at which the whole sandbox is
@@ -41,6 +43,7 @@ from registry.sandbox.egress import (
     chown_socket,
     socket_path_for,
 )
+from registry.sandbox.interception import SYSTEM_BUNDLE, TRUST_ENV, SecretInjection, interception_for
 
 SANDBOX_HOME = "/workspace"
 INSIDE_UID = 1000
@@ -76,6 +79,7 @@ class SandboxSpec:
     mounts: tuple[Mount, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    injections: tuple[SecretInjection, ...] = ()  # secrets the proxy puts in; `env` holds their placeholders
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ class BwrapSandbox:
 
     def __init__(self, spec: SandboxSpec, root: Path, limits: Limits, spawner: ThreadPoolExecutor) -> None:
         self.spec = spec
+        self.root = root
         self.spawner = spawner
         self.limits = limits
         self.uid = host_uid(spec.session_id)
@@ -166,7 +171,8 @@ class BwrapSandbox:
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
         self._prepare_workspace()
-        self.proxy = EgressProxy(socket_path_for(self.workspace), spec.network, sandbox_rules())
+        self.interception = interception_for(spec.injections, root)
+        self.proxy = EgressProxy(socket_path_for(self.workspace), spec.network, sandbox_rules(), self.interception)
         chown_socket(self.proxy.socket_path, self.uid)
 
     def _prepare_workspace(self) -> None:
@@ -190,12 +196,16 @@ class BwrapSandbox:
         for path in SYSTEM_PATHS:
             if os.path.exists(path):
                 binds += ["--ro-bind", path, path]
+        trust: dict[str, str] = {}
+        if self.interception is not None:  # over the system bundle bound with /etc/ssl just above
+            binds += ["--ro-bind", str(self.interception.bundle), SYSTEM_BUNDLE]
+            trust = TRUST_ENV
         binds += ["--bind", str(self.proxy.socket_path), SOCKET_INSIDE]
         binds += ["--bind", str(self.workspace), SANDBOX_HOME]
         for mount in self.spec.mounts:  # after the workspace, so a mount inside /workspace shows through
             binds += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
         env: list[str] = []
-        base = {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **PROXY_ENV}
+        base = {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **PROXY_ENV, **trust}
         for name, value in {**base, **self.spec.env}.items():
             env += ["--setenv", name, value]
         limits = self.limits
@@ -251,8 +261,15 @@ class BwrapSandbox:
     def _shell(self) -> subprocess.Popen[bytes]:
         """The session's shell; a new one first starts the network bridge and waits for it to listen."""
         if self.shell is None or self.shell.poll() is not None:
+            self._follow_injections()
             self.shell = self.spawn("/bin/bash", "-c", SHELL_STARTUP, "sandbox", BRIDGE_SOURCE)
         return self.shell
+
+    def _follow_injections(self) -> None:
+        """A new spec's secrets (placeholders in its env) reach the proxy before a shell with that env starts."""
+        if (self.interception.injections if self.interception else ()) != self.spec.injections:
+            self.interception = interception_for(self.spec.injections, self.root)
+            self.proxy.interception = self.interception
 
     def _collect(self, shell: subprocess.Popen[bytes], marker: str, timeout: float) -> CommandResult:
         buffer = OutputBuffer(self.limits.output_limit)

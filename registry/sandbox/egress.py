@@ -10,6 +10,9 @@ address unless `REGISTRY_SANDBOX_EGRESS_ALLOW` lifts it) and the environment's p
 `allow_package_managers`, plus the agent's MCP hosts with `allow_mcp_servers`), then connects to the
 address it checked (no second lookup, no rebinding). A refusal is an HTTP 403 with the reason and
 a counted metric, never a hang. A raw socket in the sandbox reaches nothing but its own loopback.
+For a host one of the sandbox's secrets goes to, the proxy relays HTTP itself (ending TLS with the
+deployment CA) and puts the secrets in place of their placeholders (`interception`); any other
+CONNECT stays a blind tunnel.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from urllib.parse import urlsplit
 from prometheus_client import Counter
 
 from registry.core.egress import EgressRefused, EgressRules, check_addresses, resolve
+from registry.sandbox.interception import Interception, SecretInjection, host_listed, relay
 
 logger = logging.getLogger(__name__)
 
@@ -109,20 +113,21 @@ class NetworkPolicy:
         """May the sandbox reach this host name at all (before the address checks)?"""
         if self.type != "limited":
             return True
-        host = host.lower().rstrip(".")
-        listed = list(self.allowed_hosts)
+        listed = self.allowed_hosts
         if self.allow_package_managers:
             listed += PACKAGE_INDEX_HOSTS
         if self.allow_mcp_servers:
             listed += self.mcp_hosts
-        return any(host == entry or (entry.startswith("*.") and host.endswith(entry[1:])) for entry in listed)
+        return host_listed(host, listed)
 
 
 class EgressProxy:
     """One sandbox's proxy: a Unix socket on the host and a thread per connection."""
 
-    def __init__(self, socket_path: Path, policy: NetworkPolicy, rules: EgressRules) -> None:
-        self.socket_path, self.policy, self.rules = socket_path, policy, rules
+    def __init__(
+        self, socket_path: Path, policy: NetworkPolicy, rules: EgressRules, interception: Interception | None = None
+    ) -> None:
+        self.socket_path, self.policy, self.rules, self.interception = socket_path, policy, rules, interception
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         self.listener = socket.socket(socket.AF_UNIX)
@@ -161,11 +166,38 @@ class EgressProxy:
             if upstream is None:
                 return
             with upstream:
-                if forward is None:
+                injections = self.interception.covering(host) if self.interception else ()
+                if injections and forward is None:
+                    self._intercept(client, upstream, host, injections)
+                elif injections:
+                    relay(client, upstream, injections, received=head)
+                elif forward is None:
                     client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    _relay(client, upstream)
                 else:
                     upstream.sendall(forward)
-                _relay(client, upstream)
+                    _relay(client, upstream)
+
+    def _intercept(
+        self, client: socket.socket, upstream: socket.socket, host: str, injections: tuple[SecretInjection, ...]
+    ) -> None:
+        """A CONNECT to a host the sandbox's secrets go to: verified TLS upstream before the CONNECT is
+        answered (so an untrusted host is a 502, not a tunnel), then the sandbox's TLS ended here."""
+        assert self.interception is not None
+        try:
+            secured_upstream = self.interception.open_upstream(upstream, host)
+        except OSError as error:  # ssl.SSLCertVerificationError included
+            REFUSED.labels(reason="upstream_tls").inc()
+            _answer(client, 502, f"{host} did not complete a TLS handshake this proxy trusts ({type(error).__name__}).")
+            return
+        with secured_upstream:
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            try:
+                secured_client = self.interception.accept_client(client, host)
+            except OSError:
+                return
+            with secured_client:
+                relay(secured_client, secured_upstream, injections)
 
     def _connect(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
         if not self.policy.allows(host):
@@ -180,11 +212,13 @@ class EgressProxy:
             _answer(client, 403, str(refused))
             return None
         try:
-            return socket.create_connection((str(addresses[0]), port), timeout=CONNECT_TIMEOUT_SECONDS)
+            upstream = socket.create_connection((str(addresses[0]), port), timeout=CONNECT_TIMEOUT_SECONDS)
         except OSError as error:
             REFUSED.labels(reason="unreachable").inc()
             _answer(client, 502, f"{host}:{port} could not be reached ({type(error).__name__}).")
             return None
+        upstream.settimeout(None)  # the timeout was for connecting; a quiet stream may stay open
+        return upstream
 
 
 def _read_head(client: socket.socket) -> bytes | None:

@@ -1,0 +1,56 @@
+"""A session's `environment_variable` credentials as its sandbox gets them: placeholders in its
+environment, and the injections its egress proxy uses to put the real secrets in on the way out."""
+
+from __future__ import annotations
+
+import secrets
+
+from registry.sandbox.interception import SecretInjection
+from registry.vaults.models import VaultCredential
+from registry.vaults.services import secret_of
+
+PLACEHOLDER_PREFIX = "regsec_"
+
+
+def session_injections(
+    *, workspace_id: str, vault_ids: list[str]
+) -> tuple[dict[str, str], tuple[SecretInjection, ...]]:
+    """(sandbox env: secret_name -> placeholder, injections) from the live credentials of the session's
+    vaults; for a name in several vaults, the first vault in the session's order wins."""
+    env: dict[str, str] = {}
+    injections: list[SecretInjection] = []
+    for credential in _live_credentials(workspace_id, vault_ids):
+        name = credential.auth["secret_name"]
+        value = secret_of(credential, "secret_value")
+        if name in env or value is None:
+            continue
+        env[name] = f"{PLACEHOLDER_PREFIX}{secrets.token_hex(16)}"  # random: says nothing of the secret
+        injections.append(_injection(credential, env[name], value))
+    return env, tuple(injections)
+
+
+def _live_credentials(workspace_id: str, vault_ids: list[str]) -> list[VaultCredential]:
+    credentials = VaultCredential.objects.filter(
+        workspace_id=workspace_id,
+        vault_id__in=vault_ids,
+        archived_at__isnull=True,
+        vault__archived_at__isnull=True,
+        auth__type="environment_variable",
+    )
+    return sorted(credentials, key=lambda credential: (vault_ids.index(credential.vault_id), credential.created_at))
+
+
+def _injection(credential: VaultCredential, placeholder: str, value: str) -> SecretInjection:
+    """`networking.type` unrestricted: any host; `injection_location`: headers unless said otherwise."""
+    networking = credential.auth.get("networking") or {}
+    location = credential.auth.get("injection_location") or {}
+    hosts = None
+    if networking.get("type") == "limited":
+        hosts = tuple(str(host).lower().rstrip(".") for host in networking.get("allowed_hosts") or ())
+    return SecretInjection(
+        placeholder=placeholder,
+        value=value,
+        hosts=hosts,
+        in_headers=bool(location.get("header", True)),
+        in_body=bool(location.get("body", False)),
+    )
