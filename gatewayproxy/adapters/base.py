@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Protocol
 import orjson
 
 from gatewayproxy.config.models import Destination
+from gatewayproxy.context import Operation
 from gatewayproxy.http.sse import SseDecoder, SseEvent
-from gatewayproxy.pipeline.context import Operation
 from gatewayproxy.server.upstream import Origin
 from gatewayproxy.vaults.resolvers import Secret, VaultResolver
 

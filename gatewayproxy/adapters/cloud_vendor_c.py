@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from gatewayproxy.adapters.base import JSON_HEADERS, SSE_HEADERS, UpstreamCall
 from gatewayproxy.adapters.vendor_a import OPERATION_PATHS, VendorAAdapter
-from gatewayproxy.pipeline.context import Operation
+from gatewayproxy.context import Operation
 
 
 class CloudVendorCAdapter(VendorAAdapter):

@@ -16,9 +16,9 @@ from gatewayproxy.adapters.translate import (
     messages_usage_to_chat,
 )
 from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
+from gatewayproxy.context import Usage
 from gatewayproxy.errors import ErrorCode, Protocol, error_body
 from gatewayproxy.http.sse import SseEvent, encode_event
-from gatewayproxy.pipeline.context import Usage
 
 DONE = b"data: [DONE]\n\n"
 TRUNCATED = "the upstream stream ended before completing"

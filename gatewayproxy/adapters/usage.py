@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gatewayproxy.pipeline.context import Usage
+from gatewayproxy.context import Usage
 
 
 def _int(value: Any) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from gatewayproxy.adapters.vendor_a import VendorAAdapter
-from gatewayproxy.pipeline.context import Operation
+from gatewayproxy.context import Operation
 
 
 class VendorACompatibleAdapter(VendorAAdapter):

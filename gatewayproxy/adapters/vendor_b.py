@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from gatewayproxy.adapters.base import JSON_HEADERS, SSE_HEADERS, Adapter, Shape, UpstreamCall
-from gatewayproxy.pipeline.context import Operation
+from gatewayproxy.context import Operation
 
 API_VERSION = b"2023-06-01"
 

@@ -18,8 +18,8 @@ from botocore.credentials import Credentials
 from botocore.eventstream import EventStreamBuffer
 
 from gatewayproxy.adapters.base import Adapter, Shape, StreamDecoder, UpstreamCall
+from gatewayproxy.context import Operation
 from gatewayproxy.http.sse import SseEvent
-from gatewayproxy.pipeline.context import Operation
 from gatewayproxy.vaults.resolvers import Secret
 
 BODY_VERSION = "bedrock-2023-05-31"

@@ -15,7 +15,7 @@ import google.auth
 import google.auth.transport.requests
 
 from gatewayproxy.adapters.base import JSON_HEADERS, SSE_HEADERS, Adapter, Shape, UpstreamCall
-from gatewayproxy.pipeline.context import Operation
+from gatewayproxy.context import Operation
 from gatewayproxy.vaults.resolvers import Secret
 
 BODY_VERSION = "vertex-2023-10-16"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from gatewayproxy.plugins.kinds import canonical_kind
+from gatewayproxy.config.kinds import canonical_kind
 
 
 def _absolute_path(value: str, info: ValidationInfo) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.stages import Stage, StageDeps
 from gatewayproxy.pipeline.usage import latency_ms, reached_upstream, utc_timestamp
 from gatewayproxy.plugins.sinks.base import Record

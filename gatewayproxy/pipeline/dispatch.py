@@ -17,9 +17,9 @@ import orjson
 from gatewayproxy.adapters import streams, translate
 from gatewayproxy.adapters.base import Adapter, Shape, StreamDecoder
 from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
+from gatewayproxy.context import Operation, Plan, RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
-from gatewayproxy.pipeline.context import Operation, RequestContext, Usage
-from gatewayproxy.pipeline.routing import Plan, shape_params
+from gatewayproxy.pipeline.routing import shape_params
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import UpstreamError, UpstreamResponse
 from gatewayproxy.state import Runtime

@@ -9,10 +9,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from gatewayproxy.context import TOOLS_CALL, Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import Operation, RequestContext
 from gatewayproxy.pipeline.stages import Stage, StageDeps
-from gatewayproxy.planes.mcp import TOOLS_CALL
 from gatewayproxy.plugins.decisions import BackendError, failure_passes
 from gatewayproxy.plugins.guardrails import PHASES, Guardrail, Phase, PiiRegex, Verdict, build_guardrail
 

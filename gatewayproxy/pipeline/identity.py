@@ -11,13 +11,13 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
 import yaml
 
 from gatewayproxy.config.models import Identity, Spend, Validator
+from gatewayproxy.context import ANONYMOUS, Principal
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.vaults.resolvers import Fetch
 
@@ -27,18 +27,6 @@ JWT_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256",
 JWKS_REFETCH_INTERVAL_SECONDS = 10.0
 JWKS_FETCH_TIMEOUT_SECONDS = 5.0
 SCOPE_HEADER_PREFIX = "x-scope-"
-
-
-@dataclass(frozen=True)
-class Principal:
-    """An authenticated caller and its verified scope."""
-
-    id: str
-    scope: Mapping[str, str] = field(default_factory=dict)
-    validator: str = ""
-
-
-ANONYMOUS = Principal(id="anonymous")
 
 
 class KeysFileError(ValueError):

@@ -17,8 +17,8 @@ from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from gatewayproxy.config.models import Admission, GatewayConfig, RateLimit, Spend
+from gatewayproxy.context import Operation, RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import Operation, RequestContext, Usage
 from gatewayproxy.pipeline.pricing import Pricer
 from gatewayproxy.pipeline.stages import Stage, StageDeps
 from gatewayproxy.plugins.rate_limiters import (

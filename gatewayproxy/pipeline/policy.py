@@ -20,8 +20,8 @@ from prometheus_client import Counter
 
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import GuardrailSource, GuardrailsPolicy
+from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import Operation, RequestContext
 from gatewayproxy.pipeline.stages import Stage, StageDeps
 from gatewayproxy.policy.bundle import Bundle
 from gatewayproxy.policy.counters import (

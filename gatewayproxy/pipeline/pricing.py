@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from gatewayproxy.adapters.base import Shape
 from gatewayproxy.adapters.registry import adapter_class
 from gatewayproxy.config.models import MODEL_KINDS, GatewayConfig, Pricing
+from gatewayproxy.context import Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import Usage
 from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.cost_models import CostModel, build_cost_model
 from gatewayproxy.vaults.resolvers import Fetch

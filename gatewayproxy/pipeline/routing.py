@@ -3,28 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 
+from gatewayproxy.config.globs import Glob, compile_glob
 from gatewayproxy.config.models import Condition, Route, Strategy, Target
-from gatewayproxy.pipeline.context import RequestContext
-
-Glob = Callable[[str], bool]
-
-
-def compile_glob(pattern: str) -> Glob:
-    """Exact, `*`, `prefix*`, `*suffix` or `*contains*` matching."""
-    if pattern == "*":
-        return lambda value: True
-    starts, ends = pattern.startswith("*"), pattern.endswith("*")
-    core = pattern.strip("*")
-    if starts and ends:
-        return lambda value: core in value
-    if ends:
-        return lambda value: value.startswith(core)
-    if starts:
-        return lambda value: value.endswith(core)
-    return lambda value: value == pattern
+from gatewayproxy.context import Attempts, Plan, RequestContext
 
 
 def _field_value(context: RequestContext, field: str) -> str | None:
@@ -44,25 +27,6 @@ def _globs_hold(globs: Mapping[str, Glob], context: RequestContext) -> bool:
         if value is None or not glob(value):
             return False
     return True
-
-
-@dataclass(frozen=True)
-class Attempts:
-    """How often one target may be called and which failures are worth another call."""
-
-    max_attempts: int
-    backoff_ms: int
-    triggers: frozenset[str]
-    timeout_seconds: float | None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The targets to try, in order, and the attempt budget of each."""
-
-    route: str
-    targets: tuple[Target, ...]
-    attempts: Attempts
 
 
 class CompiledRoute:

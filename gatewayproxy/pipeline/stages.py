@@ -14,8 +14,8 @@ from gatewayproxy.errors import GatewayError
 
 if TYPE_CHECKING:
     from gatewayproxy.config.models import GatewayConfig
+    from gatewayproxy.context import RequestContext
     from gatewayproxy.metrics import GatewayMetrics
-    from gatewayproxy.pipeline.context import RequestContext
     from gatewayproxy.pipeline.pricing import Pricer
     from gatewayproxy.server.upstream import UpstreamPool
     from gatewayproxy.vaults.resolvers import Fetch

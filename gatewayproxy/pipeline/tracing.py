@@ -12,7 +12,7 @@ from typing import Any
 
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import PluginInstance
-from gatewayproxy.pipeline.context import RequestContext
+from gatewayproxy.context import RequestContext
 from gatewayproxy.pipeline.stages import Stage, StageDeps
 from gatewayproxy.plugins.decisions import plugin_options
 from gatewayproxy.plugins.tape import Signer, SignerOptions, TapeOptions, TapeWriter

@@ -8,8 +8,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gatewayproxy.context import RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import RequestContext, Usage
 from gatewayproxy.pipeline.stages import Stage, StageDeps
 from gatewayproxy.plugins.sinks.base import Record, SinkError
 from gatewayproxy.plugins.sinks.catalog import build_pipelines

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import orjson
 
+from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
-from gatewayproxy.pipeline.context import Operation, RequestContext
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Finish, error_response
 from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp import DEPRECATED_PATH as DEPRECATED_MCP_PATH

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 
 from gatewayproxy.config.models import Destination
+from gatewayproxy.context import TOOLS_CALL, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.http.sse import SseDecoder
-from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp_resolver import McpResolver
 from gatewayproxy.planes.passthrough import call_once, picked_headers, relayed_headers, resolve_secret, streamed
@@ -37,7 +37,7 @@ FORWARDED = ("content-type", "accept", SESSION_HEADER, "mcp-protocol-version", "
 UNRELAYED = frozenset({"www-authenticate", "set-cookie"})
 METHODS = ("POST", "GET", "DELETE")
 MAX_SESSIONS = 100_000
-TOOLS_CALL = "tools/call"
+
 
 
 def jsonrpc_id(body: bytes) -> Any:

@@ -16,9 +16,9 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.sse import SseDecoder, encode_event
-from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp import (
     SESSION_HEADER,

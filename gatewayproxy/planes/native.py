@@ -8,8 +8,8 @@ from urllib.parse import unquote
 
 from gatewayproxy.config.auth import AuthPlacement
 from gatewayproxy.config.models import Destination, GatewayConfig
+from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.passthrough import call_once, picked_headers, relayed_headers, resolve_secret, streamed
 from gatewayproxy.server.protocol import Response

@@ -7,8 +7,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
+from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.context import RequestContext
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from gatewayproxy.vaults.resolvers import Secret, VaultError, VaultResolver

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, ValidationError
 
+from gatewayproxy.config.globs import Glob, compile_glob
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import FilePath, PluginInstance
-from gatewayproxy.pipeline.routing import Glob, compile_glob
 from gatewayproxy.pipeline.stages import StageDeps
 from gatewayproxy.plugins.decisions import BackendError, PluginOptions, plugin_options, post_json
 

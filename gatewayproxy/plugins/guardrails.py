@@ -14,9 +14,9 @@ from pydantic import Field, field_validator, model_validator
 from stdnum import luhn
 
 from gatewayproxy.config.models import FilePath, PluginInstance
+from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import GatewayError, Protocol
 from gatewayproxy.http.connection import Request
-from gatewayproxy.pipeline.context import Operation, RequestContext
 from gatewayproxy.pipeline.dispatch import Dispatch
 from gatewayproxy.pipeline.stages import StageDeps
 from gatewayproxy.plugins.decisions import BackendError, PluginOptions, plugin_options, post_json

@@ -19,9 +19,9 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 
+from gatewayproxy.config.kinds import canonical_kind
 from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
-from gatewayproxy.plugins.kinds import canonical_kind
 
 logger = logging.getLogger("gatewayproxy.limits")
 SCRIPT = (Path(__file__).parent / "rate_limits.lua").read_text(encoding="utf-8")

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from gatewayproxy.config.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
 from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, LoadedConfig, validate_document
-from gatewayproxy.plugins.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
 
 SINGLETON_SECTIONS = ("server", "identity", "spend", "guardrail_source", "guardrail_state", "guardrails_policy")
 PLUGIN_SLOTS = (*SINGLE_INSTANCE_SLOTS, *LIST_SLOTS)

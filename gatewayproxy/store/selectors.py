@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import models, transaction
 
-from gatewayproxy.plugins.kinds import SINGLE_INSTANCE_SLOTS
+from gatewayproxy.config.kinds import SINGLE_INSTANCE_SLOTS
 from gatewayproxy.store.document import EntryKey, entry_body, with_entry, without_entry
 from gatewayproxy.store.models import (
     ROW_MODELS,

@@ -12,9 +12,9 @@ import pytest
 
 from gatewayproxy.config.loader import validate_document
 from gatewayproxy.config.models import Identity, Spend, Target, Vault, VaultCache
+from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
-from gatewayproxy.pipeline.context import Operation, RequestContext
 from gatewayproxy.pipeline.identity import IdentityStage, Principal, bearer_token
 from gatewayproxy.pipeline.routing import Router, compile_glob, shape_params, weighted_order
 from gatewayproxy.vaults.resolvers import EnvVault, HttpVault, Secret, StaticFileVault, VaultError, env_name

@@ -16,8 +16,8 @@ import yaml
 from gatewayproxy.adapters.usage import messages_usage
 from gatewayproxy.config.loader import ConfigError, load_config_file, validate_document
 from gatewayproxy.config.models import Pricing
+from gatewayproxy.context import Usage
 from gatewayproxy.metrics import GatewayMetrics
-from gatewayproxy.pipeline.context import Usage
 from gatewayproxy.pipeline.pricing import Pricer, usage_cost
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool

@@ -16,8 +16,8 @@ from gatewayproxy.adapters.streams import (
     ResponsesPassthrough,
     StreamTranslator,
 )
+from gatewayproxy.context import Usage
 from gatewayproxy.http.sse import SseDecoder, SseEvent
-from gatewayproxy.pipeline.context import Usage
 
 PNG = "iVBORw0KGgo="
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gatewayproxy.config.kinds import canonical_kind
 from gatewayproxy.plugins.decisions import plugin_options
-from gatewayproxy.plugins.kinds import canonical_kind
 from gatewayproxy.plugins.sinks.base import Sink, SinkOptions
 from gatewayproxy.plugins.sinks.ext_proc import ExtProcOptions, ExtProcSink
 from gatewayproxy.plugins.sinks.file import FileOptions, FileSink

@@ -1,19 +1,20 @@
-"""The request context that every stage reads and extends, and the operations of the data plane."""
+"""The request context that every stage reads and extends, and the types and constants the layers above share:
+operations, usage, the principal, a route's plan, the MCP method names the stages look at."""
 
 from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
+from gatewayproxy.config.models import Target
 from gatewayproxy.errors import Protocol
 from gatewayproxy.http.connection import Request
-from gatewayproxy.pipeline.identity import ANONYMOUS, Principal
 
-if TYPE_CHECKING:
-    from gatewayproxy.pipeline.routing import Plan
-    from gatewayproxy.state import GatewayState
+TOOLS_CALL = "tools/call"  # the MCP method whose arguments and result the stages judge
+Snapshot = TypeVar("Snapshot")
 
 
 class Operation(enum.Enum):
@@ -40,20 +41,52 @@ class Usage:
     cache_write_1h_tokens: int = 0
 
 
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller and its verified scope."""
+
+    id: str
+    scope: Mapping[str, str] = field(default_factory=dict)
+    validator: str = ""
+
+
+ANONYMOUS = Principal(id="anonymous")
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """How often one target may be called and which failures are worth another call."""
+
+    max_attempts: int
+    backoff_ms: int
+    triggers: frozenset[str]
+    timeout_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The targets to try, in order, and the attempt budget of each."""
+
+    route: str
+    targets: tuple[Target, ...]
+    attempts: Attempts
+
+
 @dataclass
-class RequestContext:
+class RequestContext(Generic[Snapshot]):
     """Everything known about one data-plane request as it moves through the stages.
 
-    `state` is the config snapshot the request started on; it finishes on it, whatever is swapped in
-    meanwhile. `notes` is where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed
-    by the stage's name; `response_headers` are added to the response the client gets. `error_code` is the code
-    of an error the gateway answered itself; `refused_by` names the stage whose `admit` refused the request.
+    `state` is the config snapshot the request started on (a `gatewayproxy.state.GatewayState`, built floors
+    above this module, hence the type parameter); it finishes on it, whatever is swapped in meanwhile. `notes` is
+    where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed by the stage's name;
+    `response_headers` are added to the response the client gets. `error_code` is the code of an error the gateway
+    answered itself; `refused_by` names the stage whose `admit` refused the request.
     """
 
     request: Request
     operation: Operation
     protocol: Protocol
-    state: GatewayState
+    state: Snapshot
     body: dict[str, Any] = field(default_factory=dict)
     principal: Principal = ANONYMOUS
     started: float = field(default_factory=time.perf_counter)
