@@ -11,10 +11,12 @@ from gatewayproxy.adapters.registry import adapter_class
 from gatewayproxy.config.loader import LoadedConfig
 from gatewayproxy.config.models import MODEL_KINDS, GatewayConfig
 from gatewayproxy.metrics import GatewayMetrics
+from gatewayproxy.pipeline import audit, authorize, guardrails, limits, policy, tracing, usage
+from gatewayproxy.pipeline.deps import StageDeps
 from gatewayproxy.pipeline.identity import IdentityStage
 from gatewayproxy.pipeline.pricing import Pricer
 from gatewayproxy.pipeline.routing import Router
-from gatewayproxy.pipeline.stages import SharedParts, Stage, StageDeps, build_stages
+from gatewayproxy.pipeline.stages import SharedParts, Stage
 from gatewayproxy.server.upstream import UpstreamPool, fetcher
 from gatewayproxy.vaults.resolvers import VaultResolver, build_vault
 
@@ -30,6 +32,13 @@ def served_models(config: GatewayConfig) -> list[str]:
             if destination is not None:
                 models.update(dict.fromkeys(destination.model_map))
     return list(models)
+
+
+def build_stages(deps: StageDeps) -> list[Stage]:
+    """The snapshot's stages in pipeline order: who may ask, policy, limits, content, then the records."""
+    builders = (authorize.build, policy.build, limits.build, guardrails.build, usage.build, audit.build,
+                tracing.build)
+    return [stage for builder in builders for stage in builder(deps)]
 
 
 @dataclass

@@ -8,7 +8,8 @@ from typing import Any
 
 from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.deps import StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.pipeline.usage import latency_ms, reached_upstream, utc_timestamp
 from gatewayproxy.plugins.sinks.base import Record
 from gatewayproxy.plugins.sinks.catalog import build_pipelines

@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gatewayproxy.context import TOOLS_CALL, Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.deps import StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.authorizers import Authorizer, Decision, build_authorizer
 from gatewayproxy.plugins.decisions import BackendError, failure_passes
 

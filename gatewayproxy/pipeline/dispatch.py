@@ -19,10 +19,12 @@ from gatewayproxy.adapters.base import Adapter, Shape, StreamDecoder
 from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
 from gatewayproxy.context import Operation, Plan, RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
+from gatewayproxy.http.connection import Request
+from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.routing import shape_params
+from gatewayproxy.plugins.decisions import BackendError
 from gatewayproxy.server.protocol import Response
-from gatewayproxy.server.upstream import UpstreamError, UpstreamResponse
-from gatewayproxy.state import Runtime
+from gatewayproxy.server.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 from gatewayproxy.vaults.resolvers import VaultError
 
 JSON_CONTENT = [(b"content-type", b"application/json")]
@@ -145,13 +147,13 @@ class Dispatch:
     """One request's walk through its plan; `governed=False` (a guardrail's own model call) skips the output
     inspectors, so a check never inspects itself."""
 
-    def __init__(self, runtime: Runtime, context: RequestContext, plan: Plan, finish: Finish,
-                 governed: bool = True) -> None:
-        self.runtime = runtime
+    def __init__(self, pool: UpstreamPool, metrics: GatewayMetrics, context: RequestContext, plan: Plan,
+                 finish: Finish, governed: bool = True) -> None:
+        self.pool = pool
         self.context = context
         self.plan = plan
         self.finish = finish
-        self.metrics = runtime.metrics
+        self.metrics = metrics
         self.inspectors = context.state.output_inspectors if governed else []
 
     def _candidates(self) -> list[tuple[Any, Adapter]]:
@@ -207,7 +209,7 @@ class Dispatch:
         try:
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
                 call = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
-                upstream = await self.runtime.pool.request(call.origin, call.method, call.path, call.headers,
+                upstream = await self.pool.request(call.origin, call.method, call.path, call.headers,
                                                            call.body)
                 return await self._answer(adapter, upstream)
         except TimeoutError:
@@ -307,3 +309,46 @@ def error_response(protocol: Protocol, error: GatewayError, rpc_id: str | int | 
     """A gateway error in the protocol of its path (`rpc_id`: the JSON-RPC id it answers, on MCP paths)."""
     body = orjson.dumps(error_body(protocol, error.code.value, error.message, error.status, rpc_id))
     return Response(error.status, [*JSON_CONTENT, *error.headers], body)
+
+
+class ModelAsker:
+    """The pipeline's "ask the model" for plugins (an `llm_evaluator`'s call): a chat request routed by the
+    snapshot of the request it is made for, dispatched in-process without the governance stages."""
+
+    PATH = "/v1/chat/completions"
+
+    def __init__(self, pool: UpstreamPool, metrics: GatewayMetrics) -> None:
+        self.pool = pool
+        self.metrics = metrics
+
+    async def __call__(self, context: RequestContext, body: dict[str, Any]) -> str:
+        request = Request(method="POST", path=self.PATH, query="", headers={}, body=b"",
+                          request_id=context.request.request_id)
+        evaluation = RequestContext(request=request, operation=Operation.CHAT, protocol=Protocol.VENDOR_A,
+                                    state=context.state, body=body, principal=context.principal)
+        route = context.state.router.match(evaluation)
+        if route is None:
+            raise BackendError(f"no route serves the evaluator model {body.get('model')!r}")
+        evaluation.route = route.name
+        try:
+            response = await Dispatch(self.pool, self.metrics, evaluation, route.plan(evaluation), _unaccounted,
+                                      governed=False).run()
+        except GatewayError as error:
+            raise BackendError(f"the evaluator model failed: {error.code.value}") from None
+        if response.status != 200:
+            raise BackendError(f"the evaluator model answered HTTP {response.status}")
+        return _completion_text(response.body)
+
+
+def _unaccounted(context: RequestContext) -> None:
+    """Evaluator calls are part of the request they judge; they are not accounted on their own."""
+
+
+def _completion_text(body: bytes) -> str:
+    try:
+        content = orjson.loads(body)["choices"][0]["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise BackendError("the evaluator model's answer is not a chat completion") from None
+    if not isinstance(content, str):
+        raise BackendError("the evaluator model answered without text")
+    return content

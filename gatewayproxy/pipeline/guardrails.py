@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gatewayproxy.context import TOOLS_CALL, Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.deps import StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.decisions import BackendError, failure_passes
 from gatewayproxy.plugins.guardrails import PHASES, Guardrail, Phase, PiiRegex, Verdict, build_guardrail
 

@@ -19,8 +19,9 @@ from zoneinfo import ZoneInfo
 from gatewayproxy.config.models import Admission, GatewayConfig, RateLimit, Spend
 from gatewayproxy.context import Operation, RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.pipeline.deps import StageDeps
 from gatewayproxy.pipeline.pricing import Pricer
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.rate_limiters import (
     MICRO_USD,
     REQUESTS,

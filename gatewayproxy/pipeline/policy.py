@@ -12,17 +12,18 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import orjson
 from prometheus_client import Counter
 
 from gatewayproxy.config.loader import ConfigError
-from gatewayproxy.config.models import GuardrailSource, GuardrailsPolicy
+from gatewayproxy.config.models import GatewayConfig, GuardrailSource, GuardrailsPolicy
 from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.deps import StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.policy.bundle import Bundle
 from gatewayproxy.policy.counters import (
     DEFAULT_TTLS,
@@ -35,9 +36,6 @@ from gatewayproxy.policy.counters import (
 )
 from gatewayproxy.policy.rules import Facts, RuleError, evaluate
 from gatewayproxy.policy.sources import FileSource, RegistrySource, Resolution, Session
-
-if TYPE_CHECKING:
-    from gatewayproxy.state import GatewayState
 
 logger = logging.getLogger("gatewayproxy.policy")
 STAGE_NAME = "policy"
@@ -288,14 +286,15 @@ def build(deps: StageDeps) -> list[Stage]:
     return [PolicyStage(config.guardrails_policy, source, _store(deps), config.spend.budget_timezone, metrics)]
 
 
-async def effective_bundle(state: GatewayState, query: dict[str, str]) -> dict[str, Any]:
-    """`GET /admin/v1/guardrails/effective`: the bundle already cached for a verified session."""
-    if state.config.guardrails_policy.mode == "off":
+async def effective_bundle(config: GatewayConfig, stages: list[Stage], query: dict[str, str]) -> dict[str, Any]:
+    """`GET /admin/v1/guardrails/effective`: the bundle a snapshot (its config and stages) already cached for a
+    verified session."""
+    if config.guardrails_policy.mode == "off":
         raise GatewayError(ErrorCode.GUARDRAILS_UNAVAILABLE, "policy guardrails are off")
     session_id = query.get("session_id")
     if not session_id:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "`session_id` is required")
-    stage = next((stage for stage in state.stages if isinstance(stage, PolicyStage)), None)
+    stage = next((stage for stage in stages if isinstance(stage, PolicyStage)), None)
     bundle = stage.cached(session_id) if stage is not None else None
     if bundle is None:
         raise GatewayError(ErrorCode.NOT_FOUND, "no policy bundle is cached for that session")

@@ -7,7 +7,7 @@ nearest kin (cache rates to the input rate, the reasoning rate to the output rat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gatewayproxy.adapters.base import Shape
 from gatewayproxy.adapters.registry import adapter_class
@@ -17,9 +17,6 @@ from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.cost_models import CostModel, build_cost_model
 from gatewayproxy.vaults.resolvers import Fetch
-
-if TYPE_CHECKING:
-    from gatewayproxy.state import GatewayState
 
 PER_MILLION = 1_000_000
 # Client-chosen model ids reach the memo through wildcard routes; past this size it starts over.
@@ -147,9 +144,9 @@ def _default_destination(config: GatewayConfig, provider: str) -> str | None:
                  if destination.kind == provider and destination.pricing is not None), None)
 
 
-async def resolve_price(state: GatewayState, query: dict[str, str]) -> dict[str, Any]:
-    """`GET /admin/v1/pricing/resolve`: the price of `provider`/`model` (optionally at `destination`)."""
-    config = state.config
+async def resolve_price(config: GatewayConfig, pricer: Pricer, query: dict[str, str]) -> dict[str, Any]:
+    """`GET /admin/v1/pricing/resolve`: the price of `provider`/`model` (optionally at `destination`) under a
+    snapshot's config and pricer."""
     provider, model, destination = query.get("provider"), query.get("model"), query.get("destination")
     if not provider or not model:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "`provider` and `model` are required")
@@ -158,11 +155,11 @@ async def resolve_price(state: GatewayState, query: dict[str, str]) -> dict[str,
     if destination is not None and config.destinations[destination].kind != provider:
         raise GatewayError(ErrorCode.INVALID_REQUEST, f"destination {destination!r} is not of provider {provider!r}")
     own_pricing = destination is not None and config.destinations[destination].pricing is not None
-    if state.pricer.cost_model is None and not own_pricing:
+    if pricer.cost_model is None and not own_pricing:
         raise GatewayError(ErrorCode.PRICING_UNAVAILABLE, "no cost model is configured")
     if destination is None:
         destination = _default_destination(config, provider)
-    resolved = state.pricer.resolve_at(provider, model, destination)
+    resolved = pricer.resolve_at(provider, model, destination)
     if resolved is None:
         raise GatewayError(ErrorCode.NOT_FOUND, f"no price for {provider}/{model}")
     return {"provider": provider, "model": model, "destination": destination,

@@ -1,24 +1,17 @@
-"""The governance stage contract, the process-wide parts stages share across snapshots, and the stage order.
+"""The governance stage contract and the process-wide parts stages share across snapshots.
 
-A snapshot's stages run in the order `build_stages` gives: `admit` after identity and routing, before the
-first upstream call; `inspect_output` on the response text; `settle` once per request, whatever its outcome.
+A snapshot's stages run in the order `gatewayproxy.state.build_stages` gives: `admit` after identity and routing,
+before the first upstream call; `inspect_output` on the response text; `settle` once per request, whatever its
+outcome.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import GatewayError
-
-if TYPE_CHECKING:
-    from gatewayproxy.config.models import GatewayConfig
-    from gatewayproxy.context import RequestContext
-    from gatewayproxy.metrics import GatewayMetrics
-    from gatewayproxy.pipeline.pricing import Pricer
-    from gatewayproxy.server.upstream import UpstreamPool
-    from gatewayproxy.vaults.resolvers import Fetch
 
 Part = TypeVar("Part")
 
@@ -71,25 +64,3 @@ class SharedParts:
             self._parts[key] = factory()
         part: Part = self._parts[key]
         return part
-
-
-@dataclass(frozen=True)
-class StageDeps:
-    """What a stage builder may use besides the config."""
-
-    config: GatewayConfig
-    fetch: Fetch
-    pool: UpstreamPool
-    shared: SharedParts
-    metrics: GatewayMetrics
-    pricer: Pricer
-    base_dir: str | None = None  # the config file's directory: plugin options' relative paths start there
-
-
-def build_stages(deps: StageDeps) -> list[Stage]:
-    """The snapshot's stages in pipeline order: who may ask, policy, limits, content, then the records."""
-    from gatewayproxy.pipeline import audit, authorize, guardrails, limits, policy, tracing, usage
-
-    builders = (authorize.build, policy.build, limits.build, guardrails.build, usage.build, audit.build,
-                tracing.build)
-    return [stage for builder in builders for stage in builder(deps)]

@@ -13,7 +13,8 @@ from typing import Any
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.context import RequestContext
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.deps import StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.decisions import plugin_options
 from gatewayproxy.plugins.tape import Signer, SignerOptions, TapeOptions, TapeWriter
 from gatewayproxy.plugins.tracing import OtlpOptions, OtlpTracer

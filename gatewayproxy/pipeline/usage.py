@@ -6,18 +6,17 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gatewayproxy.config.models import GatewayConfig
 from gatewayproxy.context import RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.stages import Stage, StageDeps
+from gatewayproxy.pipeline.deps import StageDeps
+from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.sinks.base import Record, SinkError
 from gatewayproxy.plugins.sinks.catalog import build_pipelines
 from gatewayproxy.plugins.sinks.ledger import GROUP_COLUMNS, Ledger, LedgerQuery
 from gatewayproxy.plugins.sinks.pipeline import SinkPipeline
-
-if TYPE_CHECKING:
-    from gatewayproxy.state import GatewayState
 
 TAG_HEADER_PREFIX = "x-gateway-tag-"
 MAX_TAG_CHARS = 256
@@ -141,9 +140,8 @@ def _group_by(query: dict[str, str], scope_dims: list[str]) -> tuple[str, ...]:
     return keys
 
 
-def ledger_query(query: dict[str, str], state: GatewayState) -> LedgerQuery:
+def ledger_query(query: dict[str, str], config: GatewayConfig) -> LedgerQuery:
     """Validate the query parameters (400 `invalid_request` naming the bad one)."""
-    config = state.config
     dimensions = {key.removeprefix("dim."): value for key, value in query.items() if key.startswith("dim.")}
     unknown = sorted(set(query) - QUERY_PARAMETERS - {f"dim.{dimension}" for dimension in dimensions})
     undeclared = sorted(set(dimensions) - set(config.identity.scope_dims))
@@ -157,13 +155,14 @@ def ledger_query(query: dict[str, str], state: GatewayState) -> LedgerQuery:
                        config.spend.budget_timezone)
 
 
-async def query_usage(state: GatewayState, query: dict[str, str]) -> dict[str, Any]:
-    """`GET /admin/v1/spend/usage`: the relational ledger, filtered and grouped."""
-    stage = next((stage for stage in state.stages if isinstance(stage, UsageStage)), None)
+async def query_usage(config: GatewayConfig, stages: list[Stage], query: dict[str, str]) -> dict[str, Any]:
+    """`GET /admin/v1/spend/usage`: the relational ledger of a snapshot (its config and stages), filtered and
+    grouped."""
+    stage = next((stage for stage in stages if isinstance(stage, UsageStage)), None)
     ledger = stage.ledger if stage is not None else None
     if ledger is None:
         raise GatewayError(ErrorCode.USAGE_QUERY_UNAVAILABLE, "no queryable relational usage sink is configured")
-    parsed = ledger_query(query, state)
+    parsed = ledger_query(query, config)
     try:
         async with asyncio.timeout(ledger.options.query_timeout_ms / 1000 + ledger.options.connect_timeout_ms / 1000):
             groups = await ledger.query(parsed)

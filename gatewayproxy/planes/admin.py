@@ -230,10 +230,13 @@ class AdminPlane:
         return _fail(ErrorCode.WASM_PLUGINS_DISABLED, "WASM plugins are disabled")
 
     async def _usage(self, request: Request) -> Response:
-        return await _answer(usage.query_usage(self.runtime.state, _query(request)))
+        state = self.runtime.state
+        return await _answer(usage.query_usage(state.config, state.stages, _query(request)))
 
     async def _guardrails(self, request: Request) -> Response:
-        return await _answer(policy.effective_bundle(self.runtime.state, _query(request)))
+        state = self.runtime.state
+        return await _answer(policy.effective_bundle(state.config, state.stages, _query(request)))
 
     async def _pricing(self, request: Request) -> Response:
-        return await _answer(pricing.resolve_price(self.runtime.state, _query(request)))
+        state = self.runtime.state
+        return await _answer(pricing.resolve_price(state.config, state.pricer, _query(request)))

@@ -124,7 +124,7 @@ class DataPlane:
         context.route = route.name
         context.plan = plan = route.plan(context)
         await admit(state.stages, context)
-        return await Dispatch(self.runtime, context, plan, finish).run()
+        return await Dispatch(self.runtime.pool, self.runtime.metrics, context, plan, finish).run()
 
     def finish(self, context: RequestContext) -> None:
         """Account for a served request once its last byte is known."""

@@ -12,8 +12,8 @@ from pydantic import Field, ValidationError
 from gatewayproxy.config.globs import Glob, compile_glob
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import FilePath, PluginInstance
-from gatewayproxy.pipeline.stages import StageDeps
 from gatewayproxy.plugins.decisions import BackendError, PluginOptions, plugin_options, post_json
+from gatewayproxy.plugins.deps import PluginDeps
 
 PositiveInt = Annotated[int, Field(gt=0)]
 HttpUrl = Annotated[str, Field(pattern=r"^https?://")]
@@ -146,7 +146,7 @@ class OpaHttp(Authorizer):
     """Asks OPA's data API: `POST {url}/v1/data/<package>[/<rule>]` with `{"input": facts}`; allowed when `result`
     is true or `result.allow` is true."""
 
-    def __init__(self, instance: PluginInstance, options: OpaHttpOptions, deps: StageDeps) -> None:
+    def __init__(self, instance: PluginInstance, options: OpaHttpOptions, deps: PluginDeps) -> None:
         super().__init__(instance)
         path = "/".join(part for part in (options.package.replace(".", "/").strip("/"), options.rule) if part)
         self.endpoint = f"{options.url.rstrip('/')}/v1/data/{path}"
@@ -177,7 +177,7 @@ class ExtProcOptions(PluginOptions):
 class ExtProcAuthorizer(Authorizer):
     """Posts the facts to an external processor, which answers `{"allow": bool, "reason": ...}`."""
 
-    def __init__(self, instance: PluginInstance, options: ExtProcOptions, deps: StageDeps) -> None:
+    def __init__(self, instance: PluginInstance, options: ExtProcOptions, deps: PluginDeps) -> None:
         super().__init__(instance)
         self.options = options
         self.pool = deps.pool
@@ -190,7 +190,7 @@ class ExtProcAuthorizer(Authorizer):
         return Decision(answer["allow"], str(answer.get("reason") or ""))
 
 
-def build_authorizer(instance: PluginInstance, key: str, deps: StageDeps) -> Authorizer:
+def build_authorizer(instance: PluginInstance, key: str, deps: PluginDeps) -> Authorizer:
     """The authorizer of one plugin instance, its options (and ACL file) validated at build time."""
     if instance.kind == "allow_all":
         plugin_options(PluginOptions, instance, key, deps.base_dir)

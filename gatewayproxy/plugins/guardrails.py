@@ -14,13 +14,9 @@ from pydantic import Field, field_validator, model_validator
 from stdnum import luhn
 
 from gatewayproxy.config.models import FilePath, PluginInstance
-from gatewayproxy.context import Operation, RequestContext
-from gatewayproxy.errors import GatewayError, Protocol
-from gatewayproxy.http.connection import Request
-from gatewayproxy.pipeline.dispatch import Dispatch
-from gatewayproxy.pipeline.stages import StageDeps
+from gatewayproxy.context import RequestContext
 from gatewayproxy.plugins.decisions import BackendError, PluginOptions, plugin_options, post_json
-from gatewayproxy.state import Runtime
+from gatewayproxy.plugins.deps import AskModel, PluginDeps
 
 Phase = Literal["input", "output", "tool_call", "tool_result"]
 PHASES: tuple[Phase, ...] = ("input", "output", "tool_call", "tool_result")
@@ -176,17 +172,15 @@ def parse_verdict(answer: str) -> Verdict:
 
 
 class LlmEvaluator(Guardrail):
-    """Asks a model, through this snapshot's own routes, whether a text may pass.
+    """Asks a model, through this snapshot's own routes (the `ask_model` it is given), whether a text may pass.
 
     The call is dispatched in-process without the governance stages, so an evaluator never evaluates itself.
     """
 
-    EVALUATION_PATH = "/v1/chat/completions"
-
-    def __init__(self, instance: PluginInstance, options: LlmEvaluatorOptions, deps: StageDeps) -> None:
+    def __init__(self, instance: PluginInstance, options: LlmEvaluatorOptions, ask_model: AskModel) -> None:
         super().__init__(instance, options.phases, options.stream_check_chars)
         self.options = options
-        self.deps = deps
+        self.ask_model = ask_model
 
     async def check(self, phase: Phase, text: str, context: RequestContext) -> Verdict:
         try:
@@ -200,38 +194,7 @@ class LlmEvaluator(Guardrail):
         body = {"model": self.options.model,
                 "messages": [{"role": "system", "content": self.options.instructions},
                              {"role": "user", "content": f"Phase: {phase}\nText:\n{text}"}]}
-        request = Request(method="POST", path=self.EVALUATION_PATH, query="", headers={}, body=b"",
-                          request_id=context.request.request_id)
-        evaluation = RequestContext(request=request, operation=Operation.CHAT, protocol=Protocol.VENDOR_A,
-                                    state=context.state, body=body, principal=context.principal)
-        route = context.state.router.match(evaluation)
-        if route is None:
-            raise BackendError(f"no route serves the evaluator model {self.options.model!r}")
-        evaluation.route = route.name
-        runtime = Runtime(state=context.state, pool=self.deps.pool, metrics=self.deps.metrics,
-                          shared=self.deps.shared)
-        try:
-            response = await Dispatch(runtime, evaluation, route.plan(evaluation), _unaccounted,
-                                      governed=False).run()
-        except GatewayError as error:
-            raise BackendError(f"the evaluator model failed: {error.code.value}") from None
-        if response.status != 200:
-            raise BackendError(f"the evaluator model answered HTTP {response.status}")
-        return _completion_text(response.body)
-
-
-def _unaccounted(context: RequestContext) -> None:
-    """Evaluator calls are part of the request they judge; they are not accounted on their own."""
-
-
-def _completion_text(body: bytes) -> str:
-    try:
-        content = orjson.loads(body)["choices"][0]["message"]["content"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        raise BackendError("the evaluator model's answer is not a chat completion") from None
-    if not isinstance(content, str):
-        raise BackendError("the evaluator model answered without text")
-    return content
+        return await self.ask_model(context, body)
 
 
 class ExtProcOptions(PluginOptions):
@@ -248,7 +211,7 @@ class ExtProcGuardrail(Guardrail):
     """Posts `{phase, text, request_id, principal, route, model}` to an external processor, which answers
     `{"action": "allow"|"block", "reason": ...}`."""
 
-    def __init__(self, instance: PluginInstance, options: ExtProcOptions, deps: StageDeps) -> None:
+    def __init__(self, instance: PluginInstance, options: ExtProcOptions, deps: PluginDeps) -> None:
         super().__init__(instance, options.phases, options.stream_check_chars)
         self.options = options
         self.pool = deps.pool
@@ -264,10 +227,11 @@ class ExtProcGuardrail(Guardrail):
         return Verdict(action == "allow", str(answer.get("reason") or ""))
 
 
-def build_guardrail(instance: PluginInstance, key: str, deps: StageDeps) -> Guardrail:
+def build_guardrail(instance: PluginInstance, key: str, deps: PluginDeps) -> Guardrail:
     """The guardrail of one plugin instance, its options validated (a bad one fails boot naming `key`)."""
     if instance.kind == "pii_regex":
         return PiiRegex(instance, plugin_options(PiiRegexOptions, instance, key, deps.base_dir))
     if instance.kind == "llm_evaluator":
-        return LlmEvaluator(instance, plugin_options(LlmEvaluatorOptions, instance, key, deps.base_dir), deps)
+        return LlmEvaluator(instance, plugin_options(LlmEvaluatorOptions, instance, key, deps.base_dir),
+                            deps.ask_model)
     return ExtProcGuardrail(instance, plugin_options(ExtProcOptions, instance, key, deps.base_dir), deps)

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, l
 
 from gatewayproxy.config.models import FilePath
 from gatewayproxy.plugins.decisions import PluginOptions
-from gatewayproxy.policy.worker import SharedWorker, Uninterrupted
+from gatewayproxy.plugins.worker import SharedWorker, Uninterrupted
 
 logger = logging.getLogger("gatewayproxy.tape")
 GENESIS_HASH = "0" * 64

@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 from gatewayproxy.config.models import GuardrailSource, GuardrailState
 from gatewayproxy.plugins.decisions import BackendError, post_json
+from gatewayproxy.plugins.worker import Uninterrupted
 from gatewayproxy.policy.sources import Session
-from gatewayproxy.policy.worker import Uninterrupted
 from gatewayproxy.server.upstream import UpstreamPool
 
 logger = logging.getLogger("gatewayproxy.policy")

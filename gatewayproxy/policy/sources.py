@@ -15,9 +15,9 @@ from urllib.parse import urlencode
 
 from gatewayproxy.config.models import GuardrailSource
 from gatewayproxy.plugins.decisions import BackendError, read_token
+from gatewayproxy.plugins.worker import SharedWorker
 from gatewayproxy.policy.bundle import Bundle, BundleError, allow_all_bundle, load_public_keys, read_bundle
 from gatewayproxy.policy.highwater import HighWaterError, HighWaterMark
-from gatewayproxy.policy.worker import SharedWorker
 from gatewayproxy.server.upstream import UpstreamError
 from gatewayproxy.vaults.resolvers import Fetch
 
