@@ -13,9 +13,9 @@ import logging
 import os
 import sys
 
+from gatewayproxy.app import Gateway, MakeGateway, run_workers
 from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, load_config_file
-from gatewayproxy.server.lifecycle import Gateway, MakeGateway, run_workers
 
 
 def load_and_check(path: str) -> None:

@@ -14,8 +14,8 @@ import httpx
 import openai
 import uvloop
 
+from gatewayproxy.app import Gateway
 from gatewayproxy.config.loader import validate_document
-from gatewayproxy.server.lifecycle import Gateway
 
 
 def loopback_config(document: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 import uvloop
 from django.core.management import call_command
 
-from gatewayproxy.server.lifecycle import Gateway
+from gatewayproxy.app import Gateway
 from gatewayproxy.store.source import DatabaseConfig
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread, loopback_config

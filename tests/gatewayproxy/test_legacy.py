@@ -10,8 +10,8 @@ import httpx
 import pytest
 import yaml
 
+from gatewayproxy.app import Gateway
 from gatewayproxy.config.loader import ConfigError, validate_document
-from gatewayproxy.server.lifecycle import Gateway
 from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
 from tests.gatewayproxy.store_harness import BuiltGatewayThread
 

@@ -1,6 +1,6 @@
-"""Gateway lifecycle: build the state, bind the data and admin listeners, swap snapshots on reload (retiring
-the old one once its requests finish), drain on SIGTERM, and run N worker processes that share the ports
-through SO_REUSEPORT."""
+"""The gateway's composition root: build the state, bind the data and admin listeners, swap snapshots on reload
+(retiring the old one once its requests finish), drain on SIGTERM, and run N worker processes that share the
+ports through SO_REUSEPORT."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Protocol as Interface
 
 import uvloop
 
@@ -20,18 +20,35 @@ from gatewayproxy.config.loader import LoadedConfig
 from gatewayproxy.http.connection import HttpLimits
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
-from gatewayproxy.planes.admin import AdminPlane
+from gatewayproxy.planes.admin import AdminPlane, ConfigWriter
 from gatewayproxy.planes.data import DataPlane
 from gatewayproxy.server.protocol import ConnectionTracker, Handler, HttpProtocol, Timeouts
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import GatewayState, Runtime, build_state
 
-if TYPE_CHECKING:
-    from gatewayproxy.store.source import DatabaseConfig
-
 logger = logging.getLogger("gatewayproxy.server")
 DRAIN_POLL_SECONDS = 0.05
 BACKLOG = 2048
+
+
+Swap = Callable[[LoadedConfig], Awaitable[None]]
+
+
+class ConfigStore(ConfigWriter, Interface):
+    """A database-backed config (`gatewayproxy.store.source.DatabaseConfig`, which needs Django set up, so it
+    is handed in rather than imported): the config to boot with, then reloads and writes swapped in."""
+
+    async def load(self) -> LoadedConfig:
+        """The stored config to boot with."""
+        ...
+
+    def start(self, swap: Swap) -> None:
+        """Begin watching for new versions; `swap` installs one."""
+        ...
+
+    async def close(self) -> None:
+        """Stop watching and release the store's connections."""
+        ...
 
 
 def split_address(listen: str) -> tuple[str, int]:
@@ -61,7 +78,7 @@ class Gateway:
     """
 
     def __init__(self, loaded: LoadedConfig | None = None, *, reuse_port: bool = False,
-                 database: DatabaseConfig | None = None) -> None:
+                 database: ConfigStore | None = None) -> None:
         if (loaded is None) == (database is None):
             raise ValueError("a gateway serves either a loaded config or a database-backed one")
         self._loaded = loaded
