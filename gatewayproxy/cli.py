@@ -14,8 +14,8 @@ import os
 import sys
 
 from gatewayproxy.app import Gateway, MakeGateway, run_workers
-from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, load_config_file
+from gatewayproxy.pipeline.live import live_problems
 
 
 def load_and_check(path: str) -> None:

@@ -16,13 +16,13 @@ from urllib.parse import parse_qs, unquote
 import orjson
 
 from gatewayproxy.config.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
-from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, parse_text, validate_document
 from gatewayproxy.config.redact import public_view, redact
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline import policy, pricing, usage
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, error_response
+from gatewayproxy.pipeline.live import live_problems
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.state import Runtime
 from gatewayproxy.store.document import EntryKey, EntryMissing, plugin_slots_named

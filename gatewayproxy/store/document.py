@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gatewayproxy.config.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
-from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, LoadedConfig, validate_document
+from gatewayproxy.pipeline.live import live_problems
 
 SINGLETON_SECTIONS = ("server", "identity", "spend", "guardrail_source", "guardrail_state", "guardrails_policy")
 PLUGIN_SLOTS = (*SINGLE_INSTANCE_SLOTS, *LIST_SLOTS)

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import ConfigError, load_config_file, validate_document
 from gatewayproxy.config.models import GatewayConfig
+from gatewayproxy.pipeline.live import live_problems
 
 BASE: dict[str, Any] = {
     "identity": {"scope_dims": ["team"]},

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gatewayproxy.config.live import live_problems
 from gatewayproxy.config.loader import load_config_file
+from gatewayproxy.pipeline.live import live_problems
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "gateway").glob("*.yaml"))
 KINDS = {

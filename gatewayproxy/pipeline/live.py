@@ -1,5 +1,6 @@
 """Live validation: what can only be checked against the machine (files exist, PEM keys parse, vault
-references resolve), run at boot and by `POST /admin/v1/config/validate`."""
+references resolve), run at boot and by `POST /admin/v1/config/validate`. It lives above the config layer
+because it loads keys files and vaults the way the pipeline will."""
 
 from __future__ import annotations
 
