@@ -22,17 +22,16 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from registry.core.serialization import timestamp
-from registry.files.models import File
-from registry.files.selectors import file_content
 from registry.runtime import context, mcp_client, outcomes
+from registry.runtime.attachments import FileSources, rubric_for_grader
 from registry.runtime.budget import BudgetMeter
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.credentials import bearer_for
 from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError, ModelResponse, request_options
-from registry.runtime.mounts import file_mounts
 from registry.runtime.previews import PreviewPublisher
+from registry.runtime.provision import Provisioner, SessionSetup, Unprovisioned
 from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog, wants_builtin_tools
 from registry.runtime.transcript import (
     BOUNDARY_TYPES,
@@ -44,7 +43,7 @@ from registry.runtime.transcript import (
     tool_work,
     turn_graded,
 )
-from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxSpec, SandboxUnavailable
+from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxUnavailable
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.toolset import ToolOutcome, run_tool
 from registry.sessions import services
@@ -175,7 +174,27 @@ class SessionRunner:
         self.budget = BudgetMeter.for_session(session)
         self.model_id = model_id(self.agent)
         self.window = context.context_window(self.model_id, self.config.context_tokens)
+        self.files = FileSources(self.workspace_id)
+        self.provisioner = self._provisioner(session)
+        self.prompt_sections = self.provisioner.prompt_sections(self.resources) if self.provisioner else []
         self._loaded = True
+
+    def _provisioner(self, session: Session) -> Provisioner | None:
+        """The sandbox's provisioner, when this runtime runs the agent's built-in tools."""
+        if self.sandboxes is None or self.client_runs_builtin or not wants_builtin_tools(self.agent):
+            return None
+        setup = SessionSetup(
+            session_id=self.session_id,
+            workspace_id=self.workspace_id,
+            agent=self.agent,
+            environment_id=session.environment_id,
+            environment_config=session.environment.config,
+            vault_ids=self.vault_ids,
+            network=self.network,
+        )
+        return Provisioner(
+            setup, self.sandboxes, lambda kind, message: self._emit_error(kind, message, retry="terminal")
+        )
 
     # -- the outer loop: turn boundaries ---------------------------------------------------------
     def run(self) -> None:
@@ -216,6 +235,7 @@ class SessionRunner:
         self._catalog = None
         self._set_status(Status.RUNNING)
         try:
+            self._provision()
             stop_reason = self._advance()
         except TurnInterrupted as interrupted:
             ids = [event.id for event in interrupted.interrupts]
@@ -375,9 +395,10 @@ class SessionRunner:
             "max_tokens": context.output_budget(self.window, self.config.max_tokens),
             **request_options(self.agent["model"] if isinstance(self.agent["model"], dict) else {}),
         }
-        if self.agent.get("system"):
-            body["system"] = [{"type": "text", "text": self.agent["system"], "cache_control": {"type": "ephemeral"}}]
-        body["messages"] = with_cache_breakpoint(messages)
+        system = "\n\n".join(part for part in (self.agent.get("system"), *self.prompt_sections) if part)
+        if system:
+            body["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+        body["messages"] = with_cache_breakpoint(self.files.resolve(messages))
         if tools := catalog.model_tools():
             body["tools"] = tools
         return body
@@ -529,34 +550,54 @@ class SessionRunner:
             self._emit_tool_result(call, outcome.content, is_error=outcome.is_error)
 
     def _run_builtin(self, call: SessionEvent) -> ToolOutcome:
-        """A built-in tool call in the session's sandbox; an interrupt stops the sandbox's processes."""
-        if self.sandboxes is None:
+        """A built-in tool call in the session's sandbox; an interrupt stops the sandbox's processes.
+        Memory folders are synced with their stores around the call."""
+        if self.provisioner is None:
             return ToolOutcome.text(NO_SANDBOX, is_error=True)
         self.lease.check()
         try:
-            sandbox = self.sandboxes.ensure(self._sandbox_spec(self.sandboxes))
+            sandbox = self._sandbox_now()
+            self.provisioner.before_tool()
             self._sandbox = sandbox
             try:
-                return self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
+                outcome = self._wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
             except (TurnInterrupted, LeaseLost, WorkerStopping):
                 sandbox.stop()
                 raise
-        except SandboxUnavailable as failure:
+        except (SandboxUnavailable, OSError) as failure:
             self._sandbox_failed(call, str(failure))
+        self.lease.check()
+        memory = self.provisioner.after_tool()
+        if memory.refused:
+            return ToolOutcome([*outcome.content, {"type": "text", "text": memory.note()}], is_error=True)
+        return outcome
 
-    def _sandbox_spec(self, sandboxes: BwrapBackend) -> SandboxSpec:
-        """The session's sandbox: its network policy and its resources (staged on first use here)."""
-        if sandboxes.sandboxes.get(self.session_id) is not None:
-            return SandboxSpec(session_id=self.session_id, workspace_id=self.workspace_id)  # exists: ensure ignores
+    def _sandbox_now(self) -> BwrapSandbox:
+        """The sandbox with the session's resources as they are now (one added since is mounted)."""
+        assert self.provisioner is not None
+        current = Session.objects.filter(pk=self.session_id).values_list("resources", flat=True).first()
+        if current is not None and current != self.resources:
+            self.resources = list(current)
+            self.prompt_sections = self.provisioner.prompt_sections(self.resources)
         try:
-            mounts = file_mounts(
-                workspace_id=self.workspace_id, resources=self.resources, staging=sandboxes.staging(self.session_id)
-            )
-        except OSError as error:
-            raise SandboxUnavailable(f"the session's files could not be staged: {error}") from None
-        return SandboxSpec(
-            session_id=self.session_id, workspace_id=self.workspace_id, network=self.network, mounts=mounts
-        )
+            return self.provisioner.sandbox(self.resources)
+        except Unprovisioned as failure:
+            raise SandboxUnavailable(failure.message) from None
+
+    def _provision(self) -> None:
+        """At a turn's start: the sandbox made ready, so its problems are reported before the model runs.
+        Missing skills or a failed package build end the turn; a sandbox that cannot start is reported
+        by the first tool call that needs it."""
+        if self.provisioner is None:
+            return
+        self.lease.check()
+        try:
+            self.provisioner.sandbox(self.resources)
+        except Unprovisioned as failure:
+            self._emit_error(failure.error_type, failure.message, retry="terminal")
+            raise TurnEnded({"type": "error"}) from None
+        except (SandboxUnavailable, OSError) as failure:
+            logger.warning("session %s: sandbox not ready at turn start: %s", self.session_id, failure)
 
     def _sandbox_failed(self, call: SessionEvent, cause: str) -> NoReturn:
         """A sandbox that cannot start ends the turn with `session.error` naming the cause; the call gets
@@ -669,21 +710,6 @@ class SessionRunner:
             if evaluation.get("result") in outcomes.IN_PROGRESS:
                 finished = {**evaluation, "result": "interrupted", "completed_at": timestamp(timezone.now())}
                 services.session_record_evaluation(session_id=self.session_id, evaluation=finished, fence=self.fence)
-
-
-RUBRIC_FILE_MAX_BYTES = 200_000
-
-
-def rubric_for_grader(workspace_id: str, rubric: dict[str, Any]) -> dict[str, Any]:
-    """A file rubric as the text the grader reads (the file of the session's workspace, as UTF-8)."""
-    if rubric["type"] != "file":
-        return rubric
-    file = File.objects.filter(workspace_id=workspace_id, pk=rubric["file_id"]).first()
-    if file is None or file.expired:
-        return {"type": "text", "content": f"(the rubric file {rubric['file_id']} no longer exists)"}
-    with file_content(file) as stream:
-        text = stream.read(RUBRIC_FILE_MAX_BYTES).decode("utf-8", "replace")
-    return {"type": "text", "content": text}
 
 
 def tool_result(call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> dict[str, Any]:

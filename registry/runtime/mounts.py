@@ -1,6 +1,5 @@
-"""What a session brings into its sandbox. Today: its `file` resources, each with its exact bytes,
-read-only at its `mount_path` (default `/mnt/session/uploads/<file_id>`). Repositories, skills, memory
-stores, credentials and packages are not mounted yet (issue 13).
+"""A session's `file` resources in its sandbox: each with its exact bytes, read-only at its
+`mount_path` (default `/mnt/session/uploads/<file_id>`). The other resources: `provision.py`.
 
 The bytes are staged on the host under the sandbox root (`staged/<session>/<file_id>`, readable by
 the session's uid) and bound into the sandbox when the worker creates it.

@@ -3,7 +3,10 @@ environment, and the injections its egress proxy uses to put the real secrets in
 
 from __future__ import annotations
 
-import secrets
+import hashlib
+import hmac
+
+from django.conf import settings
 
 from registry.sandbox.interception import SecretInjection
 from registry.vaults.models import VaultCredential
@@ -13,7 +16,7 @@ PLACEHOLDER_PREFIX = "regsec_"
 
 
 def session_injections(
-    *, workspace_id: str, vault_ids: list[str]
+    *, session_id: str, workspace_id: str, vault_ids: list[str]
 ) -> tuple[dict[str, str], tuple[SecretInjection, ...]]:
     """(sandbox env: secret_name -> placeholder, injections) from the live credentials of the session's
     vaults; for a name in several vaults, the first vault in the session's order wins."""
@@ -24,9 +27,16 @@ def session_injections(
         value = secret_of(credential, "secret_value")
         if name in env or value is None:
             continue
-        env[name] = f"{PLACEHOLDER_PREFIX}{secrets.token_hex(16)}"  # random: says nothing of the secret
+        env[name] = placeholder_for(session_id, credential.id)
         injections.append(_injection(credential, env[name], value))
     return env, tuple(injections)
+
+
+def placeholder_for(session_id: str, credential_id: str) -> str:
+    """Stable for the session and credential (a new shell or worker keeps it, so a placeholder the
+    agent wrote down still works), keyed by the deployment's secret: it says nothing of the secret."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), f"{session_id}:{credential_id}".encode(), hashlib.sha256)
+    return f"{PLACEHOLDER_PREFIX}{digest.hexdigest()[:32]}"
 
 
 def _live_credentials(workspace_id: str, vault_ids: list[str]) -> list[VaultCredential]:

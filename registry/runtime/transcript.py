@@ -26,17 +26,20 @@ TRUNCATED_RESULT_NOTE = "characters of this tool result truncated; the full resu
 INTERRUPTED_RESULT = "The tool call was abandoned: the turn was interrupted or superseded by new input."
 
 
-def outcome_prompt(body: dict[str, Any]) -> str:
-    """The user-role text that asks the agent to work toward a defined outcome."""
-    return f"Work toward this outcome: {body['description']}\n\nYour work will be graded against this rubric:\n" + (
-        rubric_text(body["rubric"])
-    )
+def outcome_content(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The user-role content that asks the agent to work toward a defined outcome; a file rubric is
+    attached as a document (the runtime sends the file's content in its place)."""
+    lead = f"Work toward this outcome: {body['description']}\n\nYour work will be graded against this rubric"
+    rubric = body["rubric"]
+    if rubric["type"] == "text":
+        return [{"type": "text", "text": f"{lead}:\n{rubric['content']}"}]
+    document = {"type": "document", "source": {"type": "file", "file_id": rubric["file_id"]}, "title": "Rubric"}
+    return [{"type": "text", "text": f"{lead} (the attached document)."}, document]
 
 
 def rubric_text(rubric: dict[str, Any]) -> str:
-    if rubric["type"] == "text":
-        return str(rubric["content"])
-    return f"(the rubric is in file {rubric['file_id']}, which this runtime cannot read)"
+    """A rubric the grader reads; file rubrics are turned into text before grading."""
+    return str(rubric["content"])
 
 
 def feedback_prompt(body: dict[str, Any]) -> str:
@@ -103,7 +106,7 @@ def build_messages(events: list[SessionEvent], *, tool_result_limit: int = 0) ->
         if event.type == "user.message":
             builder.user_content(body["content"])
         elif event.type == "user.define_outcome":
-            builder.user_content([{"type": "text", "text": outcome_prompt(body)}])
+            builder.user_content(outcome_content(body))
         elif event.type == "span.outcome_evaluation_end" and body.get("result") == "needs_revision":
             builder.user_content([{"type": "text", "text": feedback_prompt(body)}])
         elif event.type == "agent.message":

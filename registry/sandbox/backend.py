@@ -367,7 +367,8 @@ class BwrapBackend:
         self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
 
     def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
-        """The session's sandbox, created (and restored from its snapshot) on first use here."""
+        """The session's sandbox, created (and restored from its snapshot) on first use here. A spec
+        that changed (a resource added or removed) takes effect with the next command's new shell."""
         with self.lock:
             sandbox = self.sandboxes.get(spec.session_id)
             if sandbox is None:
@@ -376,7 +377,11 @@ class BwrapBackend:
                 except OSError as error:
                     raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
                 self.sandboxes[spec.session_id] = sandbox
-            return sandbox
+        if sandbox.spec != spec:
+            with sandbox.lock:
+                sandbox.stop()
+                sandbox.spec = spec
+        return sandbox
 
     def staging(self, session_id: str) -> Path:
         """Where a session's resources are staged on the host before they are bound into its sandbox."""

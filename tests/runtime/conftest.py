@@ -158,13 +158,22 @@ def open_session(sdk: anthropic.Anthropic, registry: LiveRegistry, workers: Work
     """Create an agent (keyword arguments), an environment and a session on the given harness."""
 
     def open_session(
-        *, harness: dict[str, Any] | None = None, vault_ids: list[str] | None = None, **agent: Any
+        *,
+        harness: dict[str, Any] | None = None,
+        vault_ids: list[str] | None = None,
+        resources: list[dict[str, Any]] | None = None,
+        environment: dict[str, Any] | None = None,
+        **agent: Any,
     ) -> Conversation:
         created = sdk.beta.agents.create(name="runner", model=MODEL, **agent)
-        environment = sdk.beta.environments.create(name="env")
+        made = sdk.beta.environments.create(name="env", **(environment or {}))
         extra = {"harness": harness} if harness else None
         session = sdk.beta.sessions.create(
-            agent=created.id, environment_id=environment.id, extra_body=extra, vault_ids=vault_ids or []
+            agent=created.id,
+            environment_id=made.id,
+            extra_body=extra,
+            vault_ids=vault_ids or [],
+            resources=resources or [],
         )
         return Conversation(sdk=sdk, session_id=session.id, processes=[registry.process, *workers.processes])
 

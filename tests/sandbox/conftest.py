@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from registry.sandbox.backend import BwrapBackend, BwrapSandbox, Limits, SandboxSpec
+from tests.support.sites import Route, loopback_sites
 
 
 @pytest.fixture
@@ -40,32 +39,6 @@ def sandbox_for(backend: BwrapBackend) -> Callable[[str], BwrapSandbox]:
     return make
 
 
-Route = Callable[[str], tuple[bytes, str]]  # request path -> (body, content type)
-
-
 @pytest.fixture
 def loopback_site() -> Iterator[Callable[[Route], str]]:
-    """Starts HTTP servers on 127.0.0.1 answering GETs with `route(path)`; yields a starter of root URLs."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(route: Route) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body, content_type = route(self.path)
-                self.send_response(200)
-                self.send_header("content-type", content_type)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    yield from loopback_sites()

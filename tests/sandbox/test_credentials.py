@@ -4,21 +4,12 @@ Real bubblewrap sandboxes, real TLS servers on loopback with a test CA the proxy
 
 from __future__ import annotations
 
-import datetime
-import ssl
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from ipaddress import ip_address
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from django.utils import timezone
 
 from registry.runtime.secrets import session_injections
@@ -26,129 +17,19 @@ from registry.sandbox.backend import BwrapSandbox, SandboxSpec
 from registry.sandbox.egress import NetworkPolicy
 from registry.vaults import services as vault_services
 from registry.vaults.models import VaultCredential
+from tests.support.tls import Pki, Received, make_pki, recording_servers
 
 SECRET = "sk-live-0123456789abcdef"
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    peer_port: int
-
-
-# -- a test CA and TLS servers on loopback -------------------------------------------------------------
-def _issue(name: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Certificate, Any] | None = None):
-    """A CA certificate (no issuer: self-signed) or a server certificate for localhost and 127.0.0.1."""
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer[0].subject if issuer else subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-    )
-    if issuer is None:
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        return builder.sign(key, hashes.SHA256())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ip_address("127.0.0.1"))]
-    builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    builder = builder.add_extension(
-        x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()), critical=False
-    )
-    return builder.sign(issuer[1], hashes.SHA256())
-
-
-def _pem(certificate: x509.Certificate, key: ec.EllipticCurvePrivateKey | None = None) -> bytes:
-    text = certificate.public_bytes(serialization.Encoding.PEM)
-    if key is not None:
-        text += key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    return text
-
-
-@dataclass(frozen=True)
-class Pki:
-    ca_file: Path
-    server_chain: Path  # signed by the test CA
-    rogue_chain: Path  # self-signed: no one trusts it
-
-
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
-    ca_key, server_key, rogue_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = _issue("Test CA", ca_key)
-    server = _issue("test server", server_key, (ca, ca_key))
-    rogue = _issue("rogue", rogue_key, (_issue("rogue", rogue_key), rogue_key))
-    paths = Pki(tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "rogue.pem")
-    paths.ca_file.write_bytes(_pem(ca))
-    paths.server_chain.write_bytes(_pem(server, server_key))
-    paths.rogue_chain.write_bytes(_pem(rogue, rogue_key))
-    return paths
-
-
-class RecordingHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as real APIs do
-    received: list[Received]
-
-    def do_GET(self) -> None:
-        self._record(b"")
-
-    def do_POST(self) -> None:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            body = b""
-            while size := int(self.rfile.readline().strip(), 16):
-                body += self.rfile.read(size)
-                self.rfile.readline()
-            self.rfile.readline()
-        else:
-            body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        self._record(body)
-
-    def _record(self, body: bytes) -> None:
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        self.received.append(Received(self.path, headers, body, self.client_address[1]))
-        self.send_response(200)
-        self.send_header("content-length", "3")
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet."""
-
-
-class QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A refused handshake is expected in these tests."""
+    return make_pki(tmp_path)
 
 
 @pytest.fixture
 def serve() -> Iterator[Callable[[Path | None], tuple[int, list[Received]]]]:
-    """Starts servers on 127.0.0.1 (TLS with the given chain, or plain) recording what they receive."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(chain: Path | None) -> tuple[int, list[Received]]:
-        received: list[Received] = []
-        handler = type("Handler", (RecordingHandler,), {"received": received})
-        server = QuietServer(("127.0.0.1", 0), handler)
-        if chain is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(chain)
-            server.socket = context.wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server.server_address[1], received
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    yield from recording_servers()
 
 
 # -- sessions with credentials ------------------------------------------------------------------------
@@ -169,7 +50,7 @@ def vault_of(tenant, name: str = "keys"):
 
 
 def session_sandbox(backend, tenant, vault_ids: list[str], session_id: str) -> BwrapSandbox:
-    env, injections = session_injections(workspace_id=tenant.workspace.id, vault_ids=vault_ids)
+    env, injections = session_injections(session_id=session_id, workspace_id=tenant.workspace.id, vault_ids=vault_ids)
     spec = SandboxSpec(
         session_id=session_id, workspace_id=tenant.workspace.id, env=env, injections=injections, network=NetworkPolicy()
     )
@@ -280,7 +161,7 @@ def test_session_injections_take_live_credentials_of_the_sessions_own_workspace(
     credential(foreign, "FOREIGN", "foreign-value")
 
     vault_ids = [first.id, second.id, archived_vault.id, foreign.id]
-    env, injections = session_injections(workspace_id=tenant.workspace.id, vault_ids=vault_ids)
+    env, injections = session_injections(session_id="sesn_a", workspace_id=tenant.workspace.id, vault_ids=vault_ids)
 
     assert set(env) == {"API_KEY", "OTHER"}
     by_placeholder = {injection.placeholder: injection for injection in injections}
@@ -293,8 +174,10 @@ def test_session_injections_take_live_credentials_of_the_sessions_own_workspace(
     )
     assert (other.value, other.hosts, other.in_body) == ("other-value", None, True)
     assert all(placeholder.startswith("regsec_") and "value" not in placeholder for placeholder in env.values())
-    again, _ = session_injections(workspace_id=tenant.workspace.id, vault_ids=vault_ids)
-    assert again["API_KEY"] != env["API_KEY"]  # random per session, not derived from the secret
+    again, _ = session_injections(session_id="sesn_a", workspace_id=tenant.workspace.id, vault_ids=vault_ids)
+    other_session, _ = session_injections(session_id="sesn_b", workspace_id=tenant.workspace.id, vault_ids=vault_ids)
+    assert again == env  # stable for the session: a new shell keeps the placeholders the agent knows
+    assert other_session["API_KEY"] != env["API_KEY"] and "from-first" not in env["API_KEY"]
 
 
 def test_a_new_spec_brings_its_secrets_to_the_proxy(backend, tenant, pki, serve, proxied):
@@ -302,7 +185,9 @@ def test_a_new_spec_brings_its_secrets_to_the_proxy(backend, tenant, pki, serve,
     vault = vault_of(tenant)
     credential(vault)
     box = session_sandbox(backend, tenant, [vault.id], "sesn_swap")
-    env, injections = session_injections(workspace_id=tenant.workspace.id, vault_ids=[vault.id])
+    env, injections = session_injections(
+        session_id=box.spec.session_id, workspace_id=tenant.workspace.id, vault_ids=[vault.id]
+    )
     with box.lock:  # as the backend swaps in a changed spec: the next command starts a new shell
         box.stop()
         box.spec = replace(box.spec, env=env, injections=injections)

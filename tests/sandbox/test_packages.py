@@ -12,9 +12,7 @@ import shutil
 import socket
 import tarfile
 import threading
-import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -28,58 +26,13 @@ from registry.sandbox.packages import (
     missing_tools,
     wanted_packages,
 )
+from tests.support.package_index import Index
 
 
 @pytest.fixture
 def limits() -> Limits:
     """The sandbox tests' limits, with address space enough for node (V8 reserves more than 512 MB)."""
     return Limits(memory_mb=2048, pids=64, workspace_mb=64, output_limit=2000, command_timeout_ms=10_000)
-
-
-def wheel(name: str, value: str) -> bytes:
-    """A minimal pure-Python wheel whose module `name` has `VALUE = value`."""
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value!r}\n".encode(),
-        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
-        f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(
-        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
-        for path, data in files.items()
-    )
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-        archive.writestr(f"{name}-1.0.dist-info/RECORD", record + f"{name}-1.0.dist-info/RECORD,,\n")
-    return buffer.getvalue()
-
-
-@dataclass
-class Index:
-    """A PyPI "simple" index on the host's loopback: the wheels it offers and the paths asked for."""
-
-    url: str = ""
-    wheels: dict[str, bytes] = field(default_factory=dict)
-    requests: list[str] = field(default_factory=list)
-
-    def add(self, name: str, value: str) -> None:
-        self.wheels[name] = wheel(name, value)
-
-    def route(self, path: str) -> tuple[bytes, str]:
-        self.requests.append(path)
-        if path.startswith("/files/"):
-            return self.wheels[path.split("/")[2]], "application/octet-stream"
-        name = path.strip("/").split("/")[-1]
-        links = ""
-        if name in self.wheels:
-            digest = hashlib.sha256(self.wheels[name]).hexdigest()
-            filename = f"{name}-1.0-py3-none-any.whl"
-            links = f'<a href="/files/{name}/{filename}#sha256={digest}">{filename}</a>'
-        return f"<!DOCTYPE html><html><body>{links}</body></html>".encode(), "text/html"
-
-    def downloads(self, name: str) -> int:
-        return sum(path.startswith(f"/files/{name}/") for path in self.requests)
 
 
 @pytest.fixture
