@@ -140,8 +140,10 @@ class Gateway:
 
     async def _retire(self, state: GatewayState) -> None:
         """Close a swapped-out snapshot once its requests finished (or the drain deadline passed)."""
+        assert self.runtime is not None
+        in_flight = self.runtime.in_flight
         deadline = time.monotonic() + self.loaded.config.server.limits.drain_timeout_ms / 1000
-        while state.in_flight > 0 and time.monotonic() < deadline:
+        while in_flight.count(state) > 0 and time.monotonic() < deadline:
             await asyncio.sleep(DRAIN_POLL_SECONDS)
         await state.close()
 

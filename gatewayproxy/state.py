@@ -16,7 +16,9 @@ from gatewayproxy.pipeline.deps import StageDeps
 from gatewayproxy.pipeline.identity import IdentityStage
 from gatewayproxy.pipeline.pricing import Pricer
 from gatewayproxy.pipeline.routing import Router
+from gatewayproxy.pipeline.runner import StageRunner
 from gatewayproxy.pipeline.stages import SharedParts, Stage
+from gatewayproxy.server.inflight import InFlight
 from gatewayproxy.server.upstream import UpstreamPool, fetcher
 from gatewayproxy.vaults.resolvers import VaultResolver, build_vault
 
@@ -43,7 +45,8 @@ def build_stages(deps: StageDeps) -> list[Stage]:
 
 @dataclass
 class GatewayState:
-    """One config snapshot with its built parts; swapped whole, never mutated."""
+    """One config snapshot with its built parts; swapped whole, never mutated (requests in flight on it are
+    counted by the server, in `Runtime.in_flight`)."""
 
     loaded: LoadedConfig
     identity: IdentityStage
@@ -53,12 +56,16 @@ class GatewayState:
     models: list[str]
     pricer: Pricer
     stages: list[Stage] = field(default_factory=list)
-    in_flight: int = 0  # requests started on this snapshot and not finished; it retires when this reaches 0
 
     @property
     def config(self) -> GatewayConfig:
         """The validated config."""
         return self.loaded.config
+
+    @functools.cached_property
+    def runner(self) -> StageRunner:
+        """The stages' admission and settlement around each request."""
+        return StageRunner(self.stages, self.pricer)
 
     @functools.cached_property
     def output_inspectors(self) -> list[Stage]:
@@ -104,3 +111,4 @@ class Runtime:
     shared: SharedParts
     ready: bool = False
     file_backed: bool = True
+    in_flight: InFlight = field(default_factory=InFlight)  # requests per snapshot; a swapped-out one retires at 0

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from gatewayproxy.context import RequestContext
-from gatewayproxy.errors import GatewayError
 
 Part = TypeVar("Part")
 
@@ -40,16 +39,6 @@ class Stage:
 
     def settle(self, context: RequestContext) -> None:
         """Account for the finished request (status, usage, `cost_usd` known); must not block."""
-
-
-async def admit(stages: list[Stage], context: RequestContext) -> None:
-    """Run every stage's admission in order; the first refusal wins."""
-    for stage in stages:
-        try:
-            await stage.admit(context)
-        except GatewayError:
-            context.refused_by = stage.name
-            raise
 
 
 class SharedParts:

@@ -1,5 +1,6 @@
-"""The data plane: maps paths to operations and protocols, runs identity, the governance stages and routing,
-then dispatches; every error is answered in the protocol of its path."""
+"""The data plane: maps paths to operations and protocols, runs identity and routing, then the snapshot's stage
+runner (admission) and dispatch; every error is answered in the protocol of its path. Once a request is done it
+counts it in the metrics and hands it to the stage runner's settlement."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Finish, error_response
-from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp import DEPRECATED_PATH as DEPRECATED_MCP_PATH
 from gatewayproxy.planes.mcp import McpProxy, jsonrpc_id
 from gatewayproxy.planes.mcp_sse import SSE_PATH, SseBridge
@@ -96,7 +96,7 @@ class DataPlane:
         """Serve a request, answering any failure in the protocol of its path, and account for it."""
         request = context.request
         self.runtime.metrics.in_flight.inc()
-        context.state.in_flight += 1
+        self.runtime.in_flight.enter(context.state)
         try:
             response = await serve(context, self.finish)
         except GatewayError as error:
@@ -123,7 +123,7 @@ class DataPlane:
                                                    f"{context.request.path}")
         context.route = route.name
         context.plan = plan = route.plan(context)
-        await admit(state.stages, context)
+        await state.runner.admit(context)
         return await Dispatch(self.runtime.pool, self.runtime.metrics, context, plan, finish).run()
 
     def finish(self, context: RequestContext) -> None:
@@ -132,20 +132,14 @@ class DataPlane:
         elapsed = time.perf_counter() - context.started
         route = context.route or ""
         metrics.in_flight.dec()
-        context.state.in_flight -= 1
+        self.runtime.in_flight.leave(context.state)
         metrics.child(metrics.requests, route, str(context.status)).inc()
         metrics.child(metrics.latency, route).observe(elapsed)
         metrics.overhead.observe(max(elapsed - context.upstream_seconds, 0.0))
         if context.usage is not None and context.destination is not None:
             metrics.child(metrics.tokens, context.destination, "input").inc(context.usage.input_tokens)
             metrics.child(metrics.tokens, context.destination, "output").inc(context.usage.output_tokens)
-        state = context.state
-        context.cost_usd = state.pricer.cost(context.destination, context.model, context.usage)
-        for stage in state.stages:
-            try:
-                stage.settle(context)
-            except Exception:
-                logger.exception("stage %s failed to settle request %s", stage.name, context.request.request_id)
+        context.state.runner.settle(context)
 
     def _error(self, protocol: Protocol, error: GatewayError, request: Request | None = None) -> Response:
         metrics = self.runtime.metrics

@@ -21,7 +21,6 @@ from gatewayproxy.config.models import Destination
 from gatewayproxy.context import TOOLS_CALL, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.http.sse import SseDecoder
-from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp_resolver import McpResolver
 from gatewayproxy.planes.passthrough import call_once, picked_headers, relayed_headers, resolve_secret, streamed
 from gatewayproxy.server.protocol import Response
@@ -159,7 +158,7 @@ class McpProxy:
         owner = self.sessions.owner(session_id, context.principal.id) if session_id else None
         name, destination = self.destination(context, owner)
         message = context.body = governed_message(context)
-        await admit(context.state.stages, context)
+        await context.state.runner.admit(context)
         # A guardrail that redacted the call's arguments replaced the body; send what it left.
         body = request.body if context.body is message else orjson.dumps(context.body)
         headers = picked_headers(request.headers, FORWARDED)

@@ -19,7 +19,6 @@ import orjson
 from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.sse import SseDecoder, encode_event
-from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.mcp import (
     SESSION_HEADER,
     TOOLS_CALL,
@@ -127,7 +126,7 @@ class SseBridge:
             raise GatewayError(ErrorCode.NO_ROUTE, f"destination {session.owner.destination!r} is gone")
         context.destination = session.owner.destination
         message = context.body = governed_message(context)
-        await admit(context.state.stages, context)
+        await context.state.runner.admit(context)
         body = context.request.body if context.body is message else orjson.dumps(context.body)
         headers = UPSTREAM_HEADERS
         if session.upstream_session is not None:

@@ -10,7 +10,6 @@ from gatewayproxy.config.auth import AuthPlacement
 from gatewayproxy.config.models import Destination, GatewayConfig
 from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
-from gatewayproxy.pipeline.stages import admit
 from gatewayproxy.planes.passthrough import call_once, picked_headers, relayed_headers, resolve_secret, streamed
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import Origin
@@ -70,7 +69,7 @@ class NativeProxy:
         context.route = context.destination = name
         if _is_traversal(path) or path not in (destination.allowed_paths or []):
             raise GatewayError(ErrorCode.PATH_NOT_ALLOWED, f"{path} is not an allowed path of provider {provider!r}")
-        await admit(context.state.stages, context)
+        await context.state.runner.admit(context)
         origin = Origin.parse(destination.base_url or "")
         query = allowed_query(request.query, destination.allowed_query_params or [])
         target = (origin.base_path + path + (f"?{query}" if query else "")).encode()
