@@ -31,19 +31,20 @@ DRAIN_POLL_SECONDS = 0.05
 BACKLOG = 2048
 
 
-Swap = Callable[[LoadedConfig], Awaitable[None]]
+Install = Callable[[GatewayState], Awaitable[None]]
+Build = Callable[[LoadedConfig], GatewayState]
 
 
 class ConfigStore(ConfigWriter, Interface):
     """A database-backed config (`gatewayproxy.store.source.DatabaseConfig`, which needs Django set up, so it
     is handed in rather than imported): the config to boot with, then reloads and writes swapped in."""
 
-    async def load(self) -> LoadedConfig:
-        """The stored config to boot with."""
+    async def load(self, build: Build) -> GatewayState:
+        """The stored config to boot with, built by `build`, which builds every later version too."""
         ...
 
-    def start(self, swap: Swap) -> None:
-        """Begin watching for new versions; `swap` installs one."""
+    def start(self, swap: Install) -> None:
+        """Begin watching for new versions; `swap` installs each one's snapshot, built once."""
         ...
 
     async def close(self) -> None:
@@ -98,18 +99,24 @@ class Gateway:
 
     async def start(self) -> None:
         """Construct the state and bind both listeners; readiness turns on last."""
-        if self.database is not None:
-            self._loaded = await self.database.load()
         pool, shared, metrics = UpstreamPool(), SharedParts(), GatewayMetrics()
-        runtime = Runtime(state=build_state(self.loaded, pool, shared, metrics), pool=pool, metrics=metrics,
-                          shared=shared, file_backed=self.database is None)
+
+        def build(loaded: LoadedConfig) -> GatewayState:
+            return build_state(loaded, pool, shared, metrics)
+
+        if self.database is not None:
+            state = await self.database.load(build)
+            self._loaded = state.loaded
+        else:
+            state = build(self.loaded)
+        runtime = Runtime(state=state, pool=pool, metrics=metrics, shared=shared, file_backed=self.database is None)
         self.runtime = runtime
         await runtime.state.start()
         server = self.loaded.config.server
         self.data = await self._listen(server.listen, DataPlane(runtime))
         self.admin = await self._listen(server.admin_listen, AdminPlane(runtime, writer=self.database))
         if self.database is not None:
-            self.database.start(self.swap)
+            self.database.start(self.install)
         runtime.ready = True
         logger.info("gateway listening: data %s, admin %s (pid %d)", server.listen, server.admin_listen, os.getpid())
 
@@ -131,7 +138,13 @@ class Gateway:
         """Serve `loaded` from now on; requests already running finish on the snapshot they started on."""
         assert self.runtime is not None
         runtime = self.runtime
-        fresh = build_state(loaded, runtime.pool, runtime.shared, runtime.metrics)
+        await self.install(build_state(loaded, runtime.pool, runtime.shared, runtime.metrics))
+
+    async def install(self, fresh: GatewayState) -> None:
+        """Serve `fresh` (built from this runtime's parts, not yet started) from now on; the snapshot it replaces
+        retires once its requests finished."""
+        assert self.runtime is not None
+        runtime = self.runtime
         await fresh.start()
         retired, runtime.state = runtime.state, fresh
         task = asyncio.get_running_loop().create_task(self._retire(retired))

@@ -1,21 +1,28 @@
 """The whole configuration document as the store edits it: one entry put or removed by collection and name,
-then validated exactly as at boot (structure, cross-references, live checks and a trial state build).
+then validated exactly as at boot (structure, cross-references, live checks and the snapshot build).
 
-Pure functions on plain dicts; no ORM here, so the gateway and the Django admin share them.
+Pure functions on plain dicts; no ORM here, so the gateway and the Django admin share them. A gateway passes its
+own `build`, so the snapshot validation built is the one it installs; without one the build is a throwaway trial.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gatewayproxy.config.kinds import LIST_SLOTS, SINGLE_INSTANCE_SLOTS
 from gatewayproxy.config.loader import ConfigError, LoadedConfig, validate_document
+from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.live import live_problems
+from gatewayproxy.pipeline.stages import SharedParts
+from gatewayproxy.server.upstream import UpstreamPool
+from gatewayproxy.state import GatewayState, build_state
 
 SINGLETON_SECTIONS = ("server", "identity", "spend", "guardrail_source", "guardrail_state", "guardrails_policy")
 PLUGIN_SLOTS = (*SINGLE_INSTANCE_SLOTS, *LIST_SLOTS)
+Build = Callable[[LoadedConfig], GatewayState]  # a snapshot built from a validated config (not yet started)
 
 
 class EntryMissing(LookupError):
@@ -41,32 +48,32 @@ def normalized(loaded: LoadedConfig) -> dict[str, Any]:
     return document
 
 
-def validated(document: dict[str, Any], *, source: str | None = None) -> LoadedConfig:
-    """Validate as at boot (`source`: the file the config came from, for relative paths); raises `ConfigError`
-    naming every problem's key."""
+def built(document: dict[str, Any], *, source: str | None = None, build: Build | None = None) -> GatewayState:
+    """Validate as at boot (`source`: the file the config came from, for relative paths) and build the snapshot
+    with `build` (a throwaway trial without one); raises `ConfigError` naming every problem's key."""
     base_dir = os.path.dirname(source) if source else None
     loaded = validate_document(document, base_dir=base_dir, source=source)
     problems = live_problems(loaded.config)
     if problems:
         raise ConfigError(problems)
-    _trial_build(loaded)
-    return loaded
-
-
-def _trial_build(loaded: LoadedConfig) -> None:
-    """Build a throwaway snapshot (never started), so plugin options are checked as at boot."""
-    from gatewayproxy.metrics import GatewayMetrics
-    from gatewayproxy.pipeline.stages import SharedParts
-    from gatewayproxy.server.upstream import UpstreamPool
-    from gatewayproxy.state import build_state
-
-    pool = UpstreamPool()
     try:
-        build_state(loaded, pool, SharedParts(), GatewayMetrics())
+        return build(loaded) if build is not None else _trial_build(loaded)
     except ConfigError:
         raise
     except Exception as error:  # a part that cannot be built is a problem of the document, reported as such
         raise ConfigError([f"(state): {error}"]) from None
+
+
+def validated(document: dict[str, Any], *, source: str | None = None) -> LoadedConfig:
+    """The config of `document`, validated as at boot with a trial build (the Django admin, imports)."""
+    return built(document, source=source).loaded
+
+
+def _trial_build(loaded: LoadedConfig) -> GatewayState:
+    """A throwaway snapshot (never started, its pool closed), so plugin options are checked as at boot."""
+    pool = UpstreamPool()
+    try:
+        return build_state(loaded, pool, SharedParts(), GatewayMetrics())
     finally:
         pool.close()
 

@@ -1,5 +1,6 @@
-"""Writes of the database-backed config. Each validates the whole resulting document exactly as at boot,
-then changes the rows and bumps the version in one transaction; an invalid write changes nothing."""
+"""Writes of the database-backed config. Each validates the whole resulting document exactly as at boot
+(building its snapshot with the caller's `build`), then changes the rows and bumps the version in one
+transaction; an invalid write changes nothing."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from django.db import transaction
 from django.db.models import Max
 
 from gatewayproxy.config.loader import LoadedConfig
+from gatewayproxy.state import GatewayState
 from gatewayproxy.store import selectors
 from gatewayproxy.store.document import (
     SINGLETON_SECTIONS,
+    Build,
     EntryKey,
+    built,
     entry_body,
     normalized,
-    validated,
     without_entry,
 )
 from gatewayproxy.store.models import (
@@ -34,11 +37,16 @@ from gatewayproxy.store.models import (
 
 @dataclass(frozen=True)
 class StoredChange:
-    """The outcome of a write: the new version, the validated config, and the stored body of the entry."""
+    """The outcome of a write: the new version, the snapshot validation built, and the stored body of the entry."""
 
     version: int
-    loaded: LoadedConfig
+    state: GatewayState
     body: dict[str, Any] | None
+
+    @property
+    def loaded(self) -> LoadedConfig:
+        """The validated config."""
+        return self.state.loaded
 
 
 def _locked_version() -> ConfigVersion:
@@ -78,23 +86,24 @@ def _save_row(key: EntryKey, body: dict[str, Any], previous: EntryKey | None) ->
 
 
 @transaction.atomic
-def config_entry_put(*, key: EntryKey, body: dict[str, Any], previous: EntryKey | None = None) -> StoredChange:
+def config_entry_put(*, key: EntryKey, body: dict[str, Any], previous: EntryKey | None = None,
+                     build: Build | None = None) -> StoredChange:
     """Upsert one entry (`previous`: the entry it renames or moves to another slot); raises `ConfigError`."""
     version = _locked_version()
-    loaded = validated(selectors.document_with_entry(key=key, body=body, previous=previous),
-                       source=version.source or None)
-    stored = entry_body(normalized(loaded), key) or {}
+    state = built(selectors.document_with_entry(key=key, body=body, previous=previous),
+                  source=version.source or None, build=build)
+    stored = entry_body(normalized(state.loaded), key) or {}
     _save_row(key, stored, previous)
-    return StoredChange(version=_bump(version), loaded=loaded, body=stored)
+    return StoredChange(version=_bump(version), state=state, body=stored)
 
 
 @transaction.atomic
-def config_entry_delete(*, key: EntryKey) -> StoredChange:
+def config_entry_delete(*, key: EntryKey, build: Build | None = None) -> StoredChange:
     """Remove one entry; raises `EntryMissing`, or `ConfigError` when the rest would be invalid."""
     version = _locked_version()
-    loaded = validated(without_entry(selectors.stored_document(), key), source=version.source or None)
+    state = built(without_entry(selectors.stored_document(), key), source=version.source or None, build=build)
     selectors.entry_rows(key).delete()
-    return StoredChange(version=_bump(version), loaded=loaded, body=None)
+    return StoredChange(version=_bump(version), state=state, body=None)
 
 
 def _insert_rows(document: dict[str, Any]) -> None:
@@ -125,10 +134,10 @@ def _unnamed(entry: dict[str, Any]) -> dict[str, Any]:
 def config_import(*, document: Any, source: str | None = None) -> StoredChange:
     """Replace the whole stored config with `document` (legacy form expanded), read from the file `source`;
     raises `ConfigError`."""
-    loaded = validated(document, source=source)
+    state = built(document, source=source)
     version = _locked_version()
     version.source = source or ""
     for model in ROW_MODELS.values():
         model._default_manager.all().delete()
-    _insert_rows(normalized(loaded))
-    return StoredChange(version=_bump(version), loaded=loaded, body=None)
+    _insert_rows(normalized(state.loaded))
+    return StoredChange(version=_bump(version), state=state, body=None)

@@ -1,6 +1,8 @@
 """The gateway's side of the database-backed config: reads, validates and writes through the ORM on one
 worker thread (never on the event loop), serializes this process's writes, and polls the version counter so
-replicas pick up each other's writes. Loading this module needs Django set up."""
+replicas pick up each other's writes. Validation builds the snapshot with the gateway's own `build`, and that
+very snapshot is swapped in: one build per config version in each process. Loading this module needs Django
+set up."""
 
 from __future__ import annotations
 
@@ -16,27 +18,34 @@ from typing import Any, TypeVar
 from django.db import connections
 
 from gatewayproxy.config.loader import ConfigError, LoadedConfig
+from gatewayproxy.state import GatewayState
 from gatewayproxy.store import selectors, services
-from gatewayproxy.store.document import EntryKey, validated
+from gatewayproxy.store.document import Build, EntryKey, built
 
 logger = logging.getLogger("gatewayproxy.store")
 POLL_SECONDS = 1.0
 Result = TypeVar("Result")
-Swap = Callable[[LoadedConfig], Awaitable[None]]
+Swap = Callable[[GatewayState], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class VersionedConfig:
-    """A validated stored config and the version it was read at."""
+    """A validated stored config, built into a snapshot, and the version it was read at."""
 
     version: int
-    loaded: LoadedConfig
+    state: GatewayState
+
+    @property
+    def loaded(self) -> LoadedConfig:
+        """The validated config."""
+        return self.state.loaded
 
 
-def read_validated() -> VersionedConfig:
-    """The stored config, validated as at boot; raises `ConfigError`."""
+def read_validated(build: Build | None = None) -> VersionedConfig:
+    """The stored config, validated as at boot and built with `build` (a trial build without one); raises
+    `ConfigError`."""
     stored = selectors.stored_config()
-    return VersionedConfig(version=stored.version, loaded=validated(stored.document, source=stored.source))
+    return VersionedConfig(version=stored.version, state=built(stored.document, source=stored.source, build=build))
 
 
 class DatabaseConfig:
@@ -48,6 +57,7 @@ class DatabaseConfig:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-config")
         self._lock = asyncio.Lock()
         self._swap: Swap | None = None
+        self._build: Build | None = None
         self._rejected_version: int | None = None
         self._poller: asyncio.Task[None] | None = None
 
@@ -56,14 +66,16 @@ class DatabaseConfig:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(function, **arguments))
 
-    async def load(self) -> LoadedConfig:
-        """The stored config to boot with; raises `ConfigError` when it is invalid."""
-        stored = await self._orm(read_validated)
+    async def load(self, build: Build) -> GatewayState:
+        """The stored config to boot with, built by `build` (which also builds every later version); raises
+        `ConfigError` when it is invalid."""
+        self._build = build
+        stored = await self._orm(read_validated, build=build)
         self.version = stored.version
-        return stored.loaded
+        return stored.state
 
     def start(self, swap: Swap) -> None:
-        """Begin polling; `swap` installs a newly validated config as the serving snapshot."""
+        """Begin polling; `swap` installs a newly built snapshot as the serving one."""
         self._swap = swap
         self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -91,13 +103,13 @@ class DatabaseConfig:
 
     async def _write(self, service: Callable[..., services.StoredChange], **arguments: Any) -> services.StoredChange:
         async with self._lock:
-            stored = await self._orm(service, **arguments)
-            await self._install(stored.version, stored.loaded)
+            stored = await self._orm(service, build=self._build, **arguments)
+            await self._install(stored.version, stored.state)
             return stored
 
-    async def _install(self, version: int, loaded: LoadedConfig) -> None:
+    async def _install(self, version: int, state: GatewayState) -> None:
         assert self._swap is not None
-        await self._swap(loaded)
+        await self._swap(state)
         self.version = version
 
     async def _poll_forever(self) -> None:
@@ -115,12 +127,12 @@ class DatabaseConfig:
             return
         async with self._lock:
             try:
-                stored = await self._orm(read_validated)
+                stored = await self._orm(read_validated, build=self._build)
             except ConfigError as error:
                 self._rejected_version = version
                 logger.warning("config version %d is invalid; still serving version %d: %s", version,
                                self.version, "; ".join(error.problems))
                 return
             if stored.version != self.version:
-                await self._install(stored.version, stored.loaded)
+                await self._install(stored.version, stored.state)
                 logger.info("reloaded config version %d", stored.version)
