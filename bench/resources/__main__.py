@@ -53,7 +53,7 @@ def measure(root: Path) -> tuple[list[float], list[float]]:
     from registry.environments.services import environment_create
     from registry.files.services import file_upload
     from registry.memory.models import Memory
-    from registry.memory.services import memory_store_create
+    from registry.memory.services import memory_store_create, sha256_of
     from registry.runtime.provision import Provisioner, SessionSetup
     from registry.sandbox.backend import BwrapBackend, Limits
     from registry.sandbox.egress import NetworkPolicy
@@ -73,8 +73,8 @@ def measure(root: Path) -> tuple[list[float], list[float]]:
             store=store,
             path=f"/m/{n:04d}.md",
             content=f"memory {n}",
-            content_sha256="0" * 64,
-            content_size_bytes=8,
+            content_sha256=sha256_of(f"memory {n}"),
+            content_size_bytes=len(f"memory {n}"),
             version_id="memver_seed",
         )
         for n in range(1000)
