@@ -78,8 +78,9 @@ class Gateway:
     and reloads swap snapshots). Listeners and their limits come from the config at start only.
     """
 
-    def __init__(self, loaded: LoadedConfig | None = None, *, reuse_port: bool = False,
-                 database: ConfigStore | None = None) -> None:
+    def __init__(
+        self, loaded: LoadedConfig | None = None, *, reuse_port: bool = False, database: ConfigStore | None = None
+    ) -> None:
         if (loaded is None) == (database is None):
             raise ValueError("a gateway serves either a loaded config or a database-backed one")
         self._loaded = loaded
@@ -122,14 +123,19 @@ class Gateway:
 
     async def _listen(self, address: str, handler: Handler) -> Listener:
         limits_config = self.loaded.config.server.limits
-        limits = HttpLimits(limits_config.max_header_bytes, limits_config.max_header_count,
-                            limits_config.max_body_bytes)
+        limits = HttpLimits(
+            limits_config.max_header_bytes, limits_config.max_header_count, limits_config.max_body_bytes
+        )
         timeouts = Timeouts(limits_config.header_read_timeout_ms / 1000, limits_config.idle_timeout_ms / 1000)
         tracker = ConnectionTracker()
         host, port = split_address(address)
         server = await asyncio.get_running_loop().create_server(
-            lambda: HttpProtocol(handler, limits, timeouts, tracker), host, port, reuse_port=self.reuse_port or None,
-            backlog=BACKLOG)
+            lambda: HttpProtocol(handler, limits, timeouts, tracker),
+            host,
+            port,
+            reuse_port=self.reuse_port or None,
+            backlog=BACKLOG,
+        )
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return Listener(server, tracker)

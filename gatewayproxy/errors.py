@@ -70,14 +70,29 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
 }
 
 # Vendor A clients branch on `type`; these are the values its API uses for each status family.
-_VENDOR_A_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error",
-                   429: "rate_limit_error", 431: "invalid_request_error"}
+_VENDOR_A_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    431: "invalid_request_error",
+}
 # Vendor B clients map `error.type` to exception classes; these are its names.
-_VENDOR_B_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
-                   429: "rate_limit_error", 431: "invalid_request_error", 503: "overloaded_error",
-                   504: "timeout_error"}
+_VENDOR_B_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    431: "invalid_request_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
 _JSONRPC_SERVER_ERROR = -32000
 
 
@@ -92,8 +107,9 @@ class Protocol(enum.Enum):
 class GatewayError(Exception):
     """A failure the gateway answers itself, carrying its code, status and human message."""
 
-    def __init__(self, code: ErrorCode, message: str, *, status: int | None = None,
-                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, *, status: int | None = None, headers: tuple[tuple[bytes, bytes], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -114,7 +130,9 @@ def error_body(protocol: Protocol, code: str, message: str, status: int, rpc_id:
     if protocol is Protocol.VENDOR_B:
         return {"type": "error", "error": {"type": kind, "message": message, "code": code}}
     if protocol is Protocol.JSONRPC:
-        return {"jsonrpc": "2.0", "id": rpc_id,
-                "error": {"code": _JSONRPC_SERVER_ERROR, "message": message, "data": {"code": code}}}
+        return {
+            "jsonrpc": "2.0",
+            "id": rpc_id,
+            "error": {"code": _JSONRPC_SERVER_ERROR, "message": message, "data": {"code": code}},
+        }
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
-

@@ -17,20 +17,32 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         registry = self.registry
-        self.requests = Counter("gateway_requests", "Data-plane requests served.", ["route", "status"],
-                                registry=registry)
-        self.latency = Histogram("gateway_request_duration_seconds", "Time to the last byte of a response.",
-                                 ["route"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.overhead = Histogram("gateway_overhead_seconds", "Request time not spent waiting on the upstream.",
-                                  buckets=OVERHEAD_BUCKETS, registry=registry)
-        self.attempts = Counter("gateway_upstream_attempts", "Upstream calls by outcome.",
-                                ["destination", "outcome"], registry=registry)
+        self.requests = Counter(
+            "gateway_requests", "Data-plane requests served.", ["route", "status"], registry=registry
+        )
+        self.latency = Histogram(
+            "gateway_request_duration_seconds",
+            "Time to the last byte of a response.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.overhead = Histogram(
+            "gateway_overhead_seconds",
+            "Request time not spent waiting on the upstream.",
+            buckets=OVERHEAD_BUCKETS,
+            registry=registry,
+        )
+        self.attempts = Counter(
+            "gateway_upstream_attempts", "Upstream calls by outcome.", ["destination", "outcome"], registry=registry
+        )
         self.retries = Counter("gateway_retries", "Repeated calls to the same target.", ["route"], registry=registry)
         self.fallbacks = Counter("gateway_fallbacks", "Moves to the next target.", ["route"], registry=registry)
         self.errors = Counter("gateway_errors", "Error responses by code.", ["code"], registry=registry)
         self.in_flight = Gauge("gateway_in_flight_requests", "Data-plane requests being served.", registry=registry)
-        self.tokens = Counter("gateway_tokens", "Tokens by destination and direction.", ["destination", "direction"],
-                              registry=registry)
+        self.tokens = Counter(
+            "gateway_tokens", "Tokens by destination and direction.", ["destination", "direction"], registry=registry
+        )
 
     def child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, memoized: the hot path skips prometheus-client's label validation."""

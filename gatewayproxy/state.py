@@ -38,8 +38,7 @@ def served_models(config: GatewayConfig) -> list[str]:
 
 def build_stages(deps: StageDeps) -> list[Stage]:
     """The snapshot's stages in pipeline order: who may ask, policy, limits, content, then the records."""
-    builders = (authorize.build, policy.build, limits.build, guardrails.build, usage.build, audit.build,
-                tracing.build)
+    builders = (authorize.build, policy.build, limits.build, guardrails.build, usage.build, audit.build, tracing.build)
     return [stage for builder in builders for stage in builder(deps)]
 
 
@@ -83,21 +82,33 @@ class GatewayState:
             await stage.close()
 
 
-def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, metrics: GatewayMetrics) \
-        -> GatewayState:
+def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, metrics: GatewayMetrics) -> GatewayState:
     """Construct every part of a snapshot; raises on a config that cannot run."""
     config = loaded.config
     fetch = fetcher(pool)
     vaults = {vault.name: build_vault(vault, fetch) for vault in config.vaults}
-    adapters = {name: adapter_class(destination.kind)(name, destination, vaults[destination.credentials.vault])
-                for name, destination in config.destinations.items() if destination.kind in MODEL_KINDS}
+    adapters = {
+        name: adapter_class(destination.kind)(name, destination, vaults[destination.credentials.vault])
+        for name, destination in config.destinations.items()
+        if destination.kind in MODEL_KINDS
+    }
     base_dir = os.path.dirname(os.path.abspath(loaded.source)) if loaded.source else None
     pricer = Pricer(config, fetch, base_dir)
-    stages = build_stages(StageDeps(config=config, fetch=fetch, pool=pool, shared=shared, metrics=metrics,
-                                    pricer=pricer, base_dir=base_dir))
-    return GatewayState(loaded=loaded, identity=IdentityStage(config.identity, config.spend, fetch),
-                        router=Router(config.routes), adapters=adapters, vaults=vaults,
-                        models=served_models(config), pricer=pricer, stages=stages)
+    stages = build_stages(
+        StageDeps(
+            config=config, fetch=fetch, pool=pool, shared=shared, metrics=metrics, pricer=pricer, base_dir=base_dir
+        )
+    )
+    return GatewayState(
+        loaded=loaded,
+        identity=IdentityStage(config.identity, config.spend, fetch),
+        router=Router(config.routes),
+        adapters=adapters,
+        vaults=vaults,
+        models=served_models(config),
+        pricer=pricer,
+        stages=stages,
+    )
 
 
 @dataclass

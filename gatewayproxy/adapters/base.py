@@ -72,8 +72,9 @@ class Adapter:
         """The provider credential for this request."""
         return await self.vault.resolve(self.destination.credential_id, scope)
 
-    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
-                    scope: Mapping[str, str]) -> UpstreamCall:
+    async def build(
+        self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
+    ) -> UpstreamCall:
         """The upstream call for a native-shape body."""
         raise NotImplementedError
 

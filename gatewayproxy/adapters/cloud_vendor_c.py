@@ -37,8 +37,9 @@ class CloudVendorCAdapter(VendorAAdapter):
         secret = await self.secret(scope)
         return [(b"api-key", secret.token.encode())]
 
-    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
-                    scope: Mapping[str, str]) -> UpstreamCall:
+    async def build(
+        self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
+    ) -> UpstreamCall:
         headers = [*(SSE_HEADERS if stream else JSON_HEADERS), *await self.credential_headers(scope)]
         path = self.deployment_path(operation, body.get("model"))
         return UpstreamCall(self.origin, b"POST", path, headers, self.encode(body))

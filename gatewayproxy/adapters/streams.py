@@ -153,8 +153,11 @@ class ResponsesPassthrough(StreamTranslator):
     TEXT_DELTA = "response.output_text.delta"
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        parse = event.event in self.TERMINAL or event.event in ("error", "") or (
-            self.collect_text and event.event == self.TEXT_DELTA)
+        parse = (
+            event.event in self.TERMINAL
+            or event.event in ("error", "")
+            or (self.collect_text and event.event == self.TEXT_DELTA)
+        )
         parsed = _json(event) if parse else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
@@ -169,8 +172,13 @@ class ResponsesPassthrough(StreamTranslator):
 
     def fail(self, message: str, code: str = ErrorCode.UPSTREAM_ERROR.value) -> list[bytes]:
         self.failed = True
-        body = {"type": "error", "code": code, "message": message, "param": None,
-                "error": {"type": "api_error", "code": code, "message": message}}
+        body = {
+            "type": "error",
+            "code": code,
+            "message": message,
+            "param": None,
+            "error": {"type": "api_error", "code": code, "message": message},
+        }
         return [encode_event(orjson.dumps(body), "error")]
 
 
@@ -188,8 +196,13 @@ class MessagesToChat(StreamTranslator):
         self._block_is_tool: dict[int, bool] = {}
 
     def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
-        chunk = {"id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+        chunk = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
         return encode_event(orjson.dumps(chunk))
 
     def feed(self, event: SseEvent) -> list[bytes]:
@@ -213,8 +226,12 @@ class MessagesToChat(StreamTranslator):
         if not is_tool:
             return []
         self._tool_index += 1
-        call = {"index": self._tool_index, "id": block.get("id", ""), "type": "function",
-                "function": {"name": block.get("name", ""), "arguments": ""}}
+        call = {
+            "index": self._tool_index,
+            "id": block.get("id", ""),
+            "type": "function",
+            "function": {"name": block.get("name", ""), "arguments": ""},
+        }
         return [self._chunk({"tool_calls": [call]})]
 
     def _on_content_block_delta(self, payload: dict) -> list[bytes]:
@@ -237,8 +254,14 @@ class MessagesToChat(StreamTranslator):
         self.usage = messages_usage(self._usage)
         frames = []
         if self._client_wants_usage:
-            chunk = {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                     "model": self._model, "choices": [], "usage": messages_usage_to_chat(self._usage)}
+            chunk = {
+                "id": self._id,
+                "object": "chat.completion.chunk",
+                "created": self._created,
+                "model": self._model,
+                "choices": [],
+                "usage": messages_usage_to_chat(self._usage),
+            }
             frames.append(encode_event(orjson.dumps(chunk)))
         return [*frames, DONE]
 
@@ -289,9 +312,16 @@ class ChatToMessages(StreamTranslator):
             return []
         self._started = True
         self._model = chunk.get("model") or self._model
-        message = {"id": chunk.get("id", ""), "type": "message", "role": "assistant", "model": self._model,
-                   "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": 0, "output_tokens": 0}}
+        message = {
+            "id": chunk.get("id", ""),
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
         return [self._event("message_start", {"message": message})]
 
     def _close_block(self) -> list[bytes]:
@@ -313,8 +343,11 @@ class ChatToMessages(StreamTranslator):
             self._collect(text)
             if self._open_block is None or self._open_block in self._tool_blocks.values():
                 frames += self._open({"type": "text", "text": ""})
-            frames.append(self._event("content_block_delta", {"index": self._open_block,
-                                                              "delta": {"type": "text_delta", "text": text}}))
+            frames.append(
+                self._event(
+                    "content_block_delta", {"index": self._open_block, "delta": {"type": "text_delta", "text": text}}
+                )
+            )
         for call in delta.get("tool_calls") or []:
             frames += self._tool_delta(call)
         return frames
@@ -324,23 +357,36 @@ class ChatToMessages(StreamTranslator):
         position = call.get("index", 0)
         function = call.get("function") or {}
         if position not in self._tool_blocks:
-            frames += self._open({"type": "tool_use", "id": call.get("id", ""), "name": function.get("name", ""),
-                                  "input": {}})
+            frames += self._open(
+                {"type": "tool_use", "id": call.get("id", ""), "name": function.get("name", ""), "input": {}}
+            )
             assert self._open_block is not None
             self._tool_blocks[position] = self._open_block
         if function.get("arguments"):
-            frames.append(self._event("content_block_delta", {
-                "index": self._tool_blocks[position],
-                "delta": {"type": "input_json_delta", "partial_json": function["arguments"]}}))
+            frames.append(
+                self._event(
+                    "content_block_delta",
+                    {
+                        "index": self._tool_blocks[position],
+                        "delta": {"type": "input_json_delta", "partial_json": function["arguments"]},
+                    },
+                )
+            )
         return frames
 
     def _end(self) -> list[bytes]:
         self.completed = True
         self.usage = messages_usage(self._usage)
         frames = self._start({}) + self._close_block()
-        usage = {"output_tokens": self._usage.get("output_tokens", 0),
-                 "input_tokens": self._usage.get("input_tokens", 0)}
-        frames.append(self._event("message_delta", {"delta": {"stop_reason": self._stop_reason or "end_turn",
-                                                              "stop_sequence": None}, "usage": usage}))
+        usage = {
+            "output_tokens": self._usage.get("output_tokens", 0),
+            "input_tokens": self._usage.get("input_tokens", 0),
+        }
+        frames.append(
+            self._event(
+                "message_delta",
+                {"delta": {"stop_reason": self._stop_reason or "end_turn", "stop_sequence": None}, "usage": usage},
+            )
+        )
         frames.append(self._event("message_stop", {}))
         return frames

@@ -7,10 +7,21 @@ import json
 import time
 from typing import Any
 
-CHAT_TO_MESSAGES_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
-                         "function_call": "tool_use", "content_filter": "refusal"}
-MESSAGES_TO_CHAT_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-                         "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop"}
+CHAT_TO_MESSAGES_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+MESSAGES_TO_CHAT_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "pause_turn": "stop",
+}
 
 
 def _text_of(content: Any) -> str:
@@ -23,6 +34,7 @@ def _text_of(content: Any) -> str:
 
 
 # Chat-completions request -> messages request.
+
 
 def _image_block(url: str) -> dict:
     if url.startswith("data:") and ";base64," in url:
@@ -58,14 +70,23 @@ def _assistant_blocks(message: dict) -> list[dict]:
     blocks = [{"type": "text", "text": text} for text in [_text_of(message.get("content"))] if text]
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
-        blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": function.get("name", ""),
-                       "input": _arguments(function.get("arguments"))})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id", ""),
+                "name": function.get("name", ""),
+                "input": _arguments(function.get("arguments")),
+            }
+        )
     return blocks
 
 
 def _tool_result_block(message: dict) -> dict:
-    return {"type": "tool_result", "tool_use_id": message.get("tool_call_id", ""),
-            "content": _text_of(message.get("content"))}
+    return {
+        "type": "tool_result",
+        "tool_use_id": message.get("tool_call_id", ""),
+        "content": _text_of(message.get("content")),
+    }
 
 
 def _append(messages: list[dict], role: str, blocks: list[dict]) -> None:
@@ -110,9 +131,11 @@ def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
             _append(messages, "user", [_tool_result_block(message)])
         else:
             _append(messages, "user", _user_blocks(message.get("content")))
-    converted: dict[str, Any] = {"model": body.get("model"), "messages": messages,
-                                 "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens")
-                                 or default_max_tokens}
+    converted: dict[str, Any] = {
+        "model": body.get("model"),
+        "messages": messages,
+        "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens,
+    }
     if system:
         converted["system"] = "\n\n".join(system)
     for key in ("temperature", "top_p", "stream"):
@@ -133,6 +156,7 @@ def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
 
 # Messages request -> chat-completions request.
 
+
 def _image_part(block: dict) -> dict:
     source = block.get("source", {})
     if source.get("type") == "base64":
@@ -150,8 +174,13 @@ def _user_messages(content: Any) -> list[dict]:
     for block in content or []:
         kind = block.get("type")
         if kind == "tool_result":
-            tools.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""),
-                          "content": _text_of(block.get("content"))})
+            tools.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id", ""),
+                    "content": _text_of(block.get("content")),
+                }
+            )
         elif kind == "text":
             parts.append({"type": "text", "text": block.get("text", "")})
         elif kind == "image":
@@ -165,9 +194,15 @@ def _assistant_message(content: Any) -> dict:
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     text = "".join(block.get("text", "") for block in content or [] if block.get("type") == "text")
-    calls = [{"id": block.get("id", ""), "type": "function",
-              "function": {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}}
-             for block in content or [] if block.get("type") == "tool_use"]
+    calls = [
+        {
+            "id": block.get("id", ""),
+            "type": "function",
+            "function": {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})},
+        }
+        for block in content or []
+        if block.get("type") == "tool_use"
+    ]
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         message["tool_calls"] = calls
@@ -199,9 +234,17 @@ def messages_to_chat_request(body: dict) -> dict:
     if body.get("stop_sequences"):
         converted["stop"] = list(body["stop_sequences"])
     if body.get("tools"):
-        converted["tools"] = [{"type": "function", "function": {
-            "name": tool.get("name", ""), "description": tool.get("description", ""),
-            "parameters": tool.get("input_schema") or {"type": "object"}}} for tool in body["tools"]]
+        converted["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.get("name", ""),
+                    "description": tool.get("description", ""),
+                    "parameters": tool.get("input_schema") or {"type": "object"},
+                },
+            }
+            for tool in body["tools"]
+        ]
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and body.get("tools"):
         converted["tool_choice"] = _messages_tool_choice(choice)
@@ -215,21 +258,38 @@ def messages_to_chat_request(body: dict) -> dict:
 
 # Responses both ways.
 
+
 def messages_to_chat_response(response: dict) -> dict:
     """A chat-completions response equivalent to a messages response."""
     content = response.get("content") or []
     text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    calls = [{"id": block.get("id", ""), "type": "function",
-              "function": {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}}
-             for block in content if block.get("type") == "tool_use"]
+    calls = [
+        {
+            "id": block.get("id", ""),
+            "type": "function",
+            "function": {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})},
+        }
+        for block in content
+        if block.get("type") == "tool_use"
+    ]
     if calls:
         message["tool_calls"] = calls
-    return {"id": response.get("id", ""), "object": "chat.completion", "created": int(time.time()),
-            "model": response.get("model", ""),
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": MESSAGES_TO_CHAT_STOP.get(response.get("stop_reason") or "", "stop")}],
-            "usage": messages_usage_to_chat(response.get("usage") or {})}
+    return {
+        "id": response.get("id", ""),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": response.get("model", ""),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": MESSAGES_TO_CHAT_STOP.get(response.get("stop_reason") or "", "stop"),
+            }
+        ],
+        "usage": messages_usage_to_chat(response.get("usage") or {}),
+    }
 
 
 def messages_usage_to_chat(usage: dict) -> dict:
@@ -237,16 +297,23 @@ def messages_usage_to_chat(usage: dict) -> dict:
     cached = usage.get("cache_read_input_tokens") or 0
     prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
     completion = usage.get("output_tokens") or 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def chat_usage_to_messages(usage: dict) -> dict:
     """Messages usage fields from chat usage."""
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") or 0
-    return {"input_tokens": (usage.get("prompt_tokens") or 0) - cached,
-            "output_tokens": usage.get("completion_tokens") or 0, "cache_read_input_tokens": cached}
+    return {
+        "input_tokens": (usage.get("prompt_tokens") or 0) - cached,
+        "output_tokens": usage.get("completion_tokens") or 0,
+        "cache_read_input_tokens": cached,
+    }
 
 
 def chat_to_messages_response(response: dict) -> dict:
@@ -254,10 +321,16 @@ def chat_to_messages_response(response: dict) -> dict:
     choice = (response.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     blocks = _assistant_blocks(message)
-    return {"id": response.get("id", ""), "type": "message", "role": "assistant", "model": response.get("model", ""),
-            "content": blocks,
-            "stop_reason": CHAT_TO_MESSAGES_STOP.get(choice.get("finish_reason") or "", "end_turn"),
-            "stop_sequence": None, "usage": chat_usage_to_messages(response.get("usage") or {})}
+    return {
+        "id": response.get("id", ""),
+        "type": "message",
+        "role": "assistant",
+        "model": response.get("model", ""),
+        "content": blocks,
+        "stop_reason": CHAT_TO_MESSAGES_STOP.get(choice.get("finish_reason") or "", "end_turn"),
+        "stop_sequence": None,
+        "usage": chat_usage_to_messages(response.get("usage") or {}),
+    }
 
 
 def error_message_of(body: Any) -> str:

@@ -20,25 +20,34 @@ def chat_usage(usage: Any) -> Usage | None:
     """Usage of a chat-completions or embeddings response."""
     if not isinstance(usage, dict):
         return None
-    return Usage(input_tokens=_int(usage.get("prompt_tokens")), output_tokens=_int(usage.get("completion_tokens")),
-                 cache_read_tokens=_details(usage, "prompt_tokens_details", "cached_tokens"),
-                 reasoning_tokens=_details(usage, "completion_tokens_details", "reasoning_tokens"))
+    return Usage(
+        input_tokens=_int(usage.get("prompt_tokens")),
+        output_tokens=_int(usage.get("completion_tokens")),
+        cache_read_tokens=_details(usage, "prompt_tokens_details", "cached_tokens"),
+        reasoning_tokens=_details(usage, "completion_tokens_details", "reasoning_tokens"),
+    )
 
 
 def messages_usage(usage: Any) -> Usage | None:
     """Usage of a messages response (or the merged usage of its stream)."""
     if not isinstance(usage, dict):
         return None
-    return Usage(input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
-                 cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
-                 cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
-                 cache_write_1h_tokens=_details(usage, "cache_creation", "ephemeral_1h_input_tokens"))
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")),
+        output_tokens=_int(usage.get("output_tokens")),
+        cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
+        cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
+        cache_write_1h_tokens=_details(usage, "cache_creation", "ephemeral_1h_input_tokens"),
+    )
 
 
 def responses_usage(usage: Any) -> Usage | None:
     """Usage of a responses-API response."""
     if not isinstance(usage, dict):
         return None
-    return Usage(input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
-                 cache_read_tokens=_details(usage, "input_tokens_details", "cached_tokens"),
-                 reasoning_tokens=_details(usage, "output_tokens_details", "reasoning_tokens"))
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")),
+        output_tokens=_int(usage.get("output_tokens")),
+        cache_read_tokens=_details(usage, "input_tokens_details", "cached_tokens"),
+        reasoning_tokens=_details(usage, "output_tokens_details", "reasoning_tokens"),
+    )

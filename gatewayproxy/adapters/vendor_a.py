@@ -8,8 +8,11 @@ from typing import Any, ClassVar
 from gatewayproxy.adapters.base import JSON_HEADERS, SSE_HEADERS, Adapter, UpstreamCall
 from gatewayproxy.context import Operation
 
-OPERATION_PATHS = {Operation.CHAT: "/chat/completions", Operation.EMBEDDINGS: "/embeddings",
-                   Operation.RESPONSES: "/responses"}
+OPERATION_PATHS = {
+    Operation.CHAT: "/chat/completions",
+    Operation.EMBEDDINGS: "/embeddings",
+    Operation.RESPONSES: "/responses",
+}
 
 
 class VendorAAdapter(Adapter):
@@ -27,7 +30,8 @@ class VendorAAdapter(Adapter):
         secret = await self.secret(scope)
         return [(b"authorization", b"Bearer " + secret.token.encode())]
 
-    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
-                    scope: Mapping[str, str]) -> UpstreamCall:
+    async def build(
+        self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
+    ) -> UpstreamCall:
         headers = [*(SSE_HEADERS if stream else JSON_HEADERS), *await self.credential_headers(scope)]
         return UpstreamCall(self.origin, b"POST", self.path(operation), headers, self.encode(body))

@@ -18,10 +18,14 @@ class VendorBAdapter(Adapter):
     operations: ClassVar[frozenset[Operation]] = frozenset({Operation.MESSAGES})
     default_base_url = "https://api.anthropic.com"
 
-    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
-                    scope: Mapping[str, str]) -> UpstreamCall:
+    async def build(
+        self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
+    ) -> UpstreamCall:
         secret = await self.secret(scope)
-        headers = [*(SSE_HEADERS if stream else JSON_HEADERS), (b"x-api-key", secret.token.encode()),
-                   (b"anthropic-version", API_VERSION)]
+        headers = [
+            *(SSE_HEADERS if stream else JSON_HEADERS),
+            (b"x-api-key", secret.token.encode()),
+            (b"anthropic-version", API_VERSION),
+        ]
         path = (self.origin.base_path + "/v1/messages").encode()
         return UpstreamCall(self.origin, b"POST", path, headers, self.encode(body))

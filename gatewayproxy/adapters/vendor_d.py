@@ -29,8 +29,9 @@ SERVICE = "bedrock"
 def sigv4_credentials(secret: Secret) -> Credentials:
     """botocore credentials from an `aws_sigv4` secret."""
     access_key = secret.fields.get("access_key_id") or secret.token
-    return Credentials(str(access_key), str(secret.fields.get("secret_access_key", "")),
-                       secret.fields.get("session_token"))
+    return Credentials(
+        str(access_key), str(secret.fields.get("secret_access_key", "")), secret.fields.get("session_token")
+    )
 
 
 class EventStreamDecoder:
@@ -68,16 +69,21 @@ class VendorDAdapter(Adapter):
     def base_url(self) -> str:
         return (self.destination.base_url or f"https://bedrock-runtime.{self.region}.amazonaws.com").rstrip("/")
 
-    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
-                    scope: Mapping[str, str]) -> UpstreamCall:
+    async def build(
+        self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
+    ) -> UpstreamCall:
         payload = {key: value for key, value in body.items() if key not in ("model", "stream")}
         payload.setdefault("anthropic_version", BODY_VERSION)
         action = "invoke-with-response-stream" if stream else "invoke"
         path = f"{self.origin.base_path}/model/{quote(str(body.get('model', '')), safe='')}/{action}"
         data = self.encode(payload)
         secret = await self.secret(scope)
-        request = AWSRequest(method="POST", url=f"{self.base_url()}{path.removeprefix(self.origin.base_path)}",
-                             data=data, headers={"content-type": "application/json"})
+        request = AWSRequest(
+            method="POST",
+            url=f"{self.base_url()}{path.removeprefix(self.origin.base_path)}",
+            data=data,
+            headers={"content-type": "application/json"},
+        )
         SigV4Auth(sigv4_credentials(secret), SERVICE, self.region).add_auth(request)
         headers = [(name.lower().encode(), str(value).encode()) for name, value in request.headers.items()]
         return UpstreamCall(self.origin, b"POST", path.encode(), headers, data)

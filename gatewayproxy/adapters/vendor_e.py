@@ -59,14 +59,17 @@ class VendorEAdapter(Adapter):
         host = "aiplatform.googleapis.com" if location == "global" else f"{location}-aiplatform.googleapis.com"
         return (self.destination.base_url or f"https://{host}/v1").rstrip("/")
 
-    async def build(self, operation: Operation, body: dict[str, Any], stream: bool,
-                    scope: Mapping[str, str]) -> UpstreamCall:
+    async def build(
+        self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
+    ) -> UpstreamCall:
         payload = {key: value for key, value in body.items() if key != "model"}
         payload.setdefault("anthropic_version", BODY_VERSION)
         destination = self.destination
         action = "streamRawPredict" if stream else "rawPredict"
-        path = (f"{self.origin.base_path}/projects/{destination.project}/locations/{destination.location}"
-                f"/publishers/anthropic/models/{quote(str(body.get('model', '')), safe='')}:{action}")
+        path = (
+            f"{self.origin.base_path}/projects/{destination.project}/locations/{destination.location}"
+            f"/publishers/anthropic/models/{quote(str(body.get('model', '')), safe='')}:{action}"
+        )
         token = await self._tokens.token(await self.secret(scope))
         headers = [*(SSE_HEADERS if stream else JSON_HEADERS), (b"authorization", b"Bearer " + token.encode())]
         return UpstreamCall(self.origin, b"POST", path.encode(), headers, self.encode(payload))

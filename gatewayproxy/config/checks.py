@@ -119,19 +119,23 @@ def config_problems(config: GatewayConfig) -> list[str]:
         *_native_problems(config),
     ]
     for i, validator in enumerate(config.identity.validators):
-        problems += _undeclared_dims(f"identity.validators[{i}].scope_from.jwt_claims",
-                                     validator.scope_from.jwt_claims.values(), declared)
+        problems += _undeclared_dims(
+            f"identity.validators[{i}].scope_from.jwt_claims", validator.scope_from.jwt_claims.values(), declared
+        )
     for name, destination in config.destinations.items():
         if destination.credentials.vault not in vault_names:
-            problems.append(f"destinations.{name}.credentials.vault: vault {destination.credentials.vault!r} "
-                            "is not declared in vaults")
+            problems.append(
+                f"destinations.{name}.credentials.vault: vault {destination.credentials.vault!r} "
+                "is not declared in vaults"
+            )
     for i, route in enumerate(config.routes):
         problems += _route_problems(i, route, config, declared)
     for i, limit in enumerate(config.rate_limits):
         problems += _undeclared_dims(f"rate_limits[{i}].match.scope", limit.match.scope, declared)
     for i, vault in enumerate(config.vaults):
-        problems += _undeclared_dims(f"vaults[{i}].url_template", _TEMPLATE_SCOPE.findall(vault.url_template or ""),
-                                     declared)
+        problems += _undeclared_dims(
+            f"vaults[{i}].url_template", _TEMPLATE_SCOPE.findall(vault.url_template or ""), declared
+        )
     if not is_loopback_address(config.server.admin_listen) and config.server.admin_token_file is None:
         problems.append("server.admin_listen: a non-loopback admin listener requires server.admin_token_file")
     return problems

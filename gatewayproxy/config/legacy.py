@@ -45,16 +45,21 @@ def _as_list(value: Any) -> list[str]:
 def _refuse_unknown(key: str, section: dict[str, Any], known: set[str]) -> None:
     unknown = sorted(set(section) - known)
     if unknown:
-        raise LegacyFormatError(f"{key}.{unknown[0]}: has no equivalent in the current gateway; "
-                                "configure it in the current format instead")
+        raise LegacyFormatError(
+            f"{key}.{unknown[0]}: has no equivalent in the current gateway; configure it in the current format instead"
+        )
 
 
 def _jwt_validator(jwt: Any) -> dict[str, Any]:
     if not isinstance(jwt, dict):
         raise LegacyFormatError(f"{_KEY}.auth.jwt: must be a mapping")
     _refuse_unknown(f"{_KEY}.auth.jwt", jwt, _JWT_KEYS)
-    validator: dict[str, Any] = {"name": "legacy_jwt", "kind": "jwt", "issuers": _as_list(jwt.get("issuer")),
-                                 "audiences": _as_list(jwt.get("audience"))}
+    validator: dict[str, Any] = {
+        "name": "legacy_jwt",
+        "kind": "jwt",
+        "issuers": _as_list(jwt.get("issuer")),
+        "audiences": _as_list(jwt.get("audience")),
+    }
     if jwt.get("jwks_url"):
         validator["jwks_url"] = jwt["jwks_url"]
     if jwt.get("public_key_file"):
@@ -75,8 +80,9 @@ def _identity(auth: Any) -> dict[str, Any]:
         validators.append({"name": "legacy_api_keys", "kind": "api_key", "keys_file": auth["api_keys_file"]})
     if auth.get("jwt") is not None:
         validators.append(_jwt_validator(auth["jwt"]))
-    scope_dims = sorted({dim for validator in validators
-                         for dim in validator.get("scope_from", {}).get("jwt_claims", {}).values()})
+    scope_dims = sorted(
+        {dim for validator in validators for dim in validator.get("scope_from", {}).get("jwt_claims", {}).values()}
+    )
     return {"identity": {"scope_dims": scope_dims, "validators": validators}}
 
 
@@ -94,8 +100,11 @@ def _server_sections(server: Any, index: int) -> tuple[str, dict, dict]:
 
 
 def _route(name: str, header: dict[str, str]) -> dict[str, Any]:
-    return {"name": f"legacy_mcp_{name}" if header else "legacy_mcp", "match": {"path": MCP_PATH, "header": header},
-            "strategy": {"mode": "fallback", "targets": [{"destination": name}]}}
+    return {
+        "name": f"legacy_mcp_{name}" if header else "legacy_mcp",
+        "match": {"path": MCP_PATH, "header": header},
+        "strategy": {"mode": "fallback", "targets": [{"destination": name}]},
+    }
 
 
 def expand_legacy(legacy: Any) -> tuple[dict[str, Any], list[str]]:
@@ -114,6 +123,11 @@ def expand_legacy(legacy: Any) -> tuple[dict[str, Any], list[str]]:
     routes = [_route(name, {SERVER_HEADER: name}) for name in destinations]
     routes.append(_route(next(iter(destinations)), {}))
     server_section = {key: legacy[key] for key in ("listen", "admin_listen") if key in legacy}
-    document = {"server": server_section, **_identity(legacy.get("auth")), "destinations": destinations,
-                "vaults": vaults, "routes": routes}
+    document = {
+        "server": server_section,
+        **_identity(legacy.get("auth")),
+        "destinations": destinations,
+        "vaults": vaults,
+        "routes": routes,
+    }
     return document, warnings

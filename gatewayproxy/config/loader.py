@@ -58,8 +58,9 @@ def _expanded(document: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         return document, []
     others = sorted(key for key in document if key != LEGACY_KEY)
     if others:
-        raise ConfigError([f"{LEGACY_KEY}: mutually exclusive with every other top-level key (found: "
-                           + ", ".join(others) + ")"])
+        raise ConfigError(
+            [f"{LEGACY_KEY}: mutually exclusive with every other top-level key (found: " + ", ".join(others) + ")"]
+        )
     try:
         return expand_legacy(document[LEGACY_KEY])
     except LegacyFormatError as error:

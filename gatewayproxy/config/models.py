@@ -149,8 +149,9 @@ class DestinationResolver(Strict):
 
 
 MODEL_KINDS = ("vendor_a", "vendor_b", "cloud_vendor_c", "vendor_a_compatible", "vendor_d", "vendor_e")
-DestinationKind = Literal["mcp", "vendor_a", "vendor_b", "cloud_vendor_c", "vendor_a_compatible", "vendor_d",
-                          "vendor_e", "native_api_key"]
+DestinationKind = Literal[
+    "mcp", "vendor_a", "vendor_b", "cloud_vendor_c", "vendor_a_compatible", "vendor_d", "vendor_e", "native_api_key"
+]
 # Adapter-specific fields and the kinds that may carry them; anywhere else they are typos.
 KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "region": ("vendor_d",),
@@ -247,8 +248,14 @@ class Condition(Strict):
     target: str
 
 
-RETRY_TRIGGER_ALIASES = {"http_5xx": "5xx", "5xx": "5xx", "http_429": "429", "429": "429",
-                         "timeout_ms": "timeout", "timeout": "timeout"}
+RETRY_TRIGGER_ALIASES = {
+    "http_5xx": "5xx",
+    "5xx": "5xx",
+    "http_429": "429",
+    "429": "429",
+    "timeout_ms": "timeout",
+    "timeout": "timeout",
+}
 
 
 class Retry(Strict):

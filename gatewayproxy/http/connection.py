@@ -121,8 +121,19 @@ class _FastCycle:
     """One request/response cycle served without h11: a plain HTTP/1.1 request with at most a Content-Length
     body, answered with the bytes h11 would have produced."""
 
-    __slots__ = ("body", "body_left", "chunked", "delivered", "eof", "headers", "keep_alive", "length", "pending",
-                 "request", "state")
+    __slots__ = (
+        "body",
+        "body_left",
+        "chunked",
+        "delivered",
+        "eof",
+        "headers",
+        "keep_alive",
+        "length",
+        "pending",
+        "request",
+        "state",
+    )
 
     def __init__(self, request: Request, headers: list[tuple[bytes, bytes]], length: int, keep_alive: bool) -> None:
         self.request = request
@@ -191,7 +202,7 @@ class ServerConnection:
         end = self._head_scan.find(_HEAD_END)
         if end < 0:
             return None
-        head = bytes(self._head_scan[:end + 4])
+        head = bytes(self._head_scan[: end + 4])
         if b"\x0b" in head or b"\x0c" in head or b"\x00" in head:
             return None
         collector = _HeadCollector()
@@ -202,8 +213,13 @@ class ServerConnection:
             return None
         method = parser.get_method()
         headers = collector.headers
-        if (not collector.complete or parser.get_http_version() != "1.1" or method in (b"HEAD", b"CONNECT")
-                or _TARGET.fullmatch(collector.url) is None or len(headers) > self.limits.max_header_count):
+        if (
+            not collector.complete
+            or parser.get_http_version() != "1.1"
+            or method in (b"HEAD", b"CONNECT")
+            or _TARGET.fullmatch(collector.url) is None
+            or len(headers) > self.limits.max_header_count
+        ):
             return None
         hosts = 0
         declared = b""
@@ -231,7 +247,7 @@ class ServerConnection:
             text_headers[key] = f"{text_headers[key]}, {text}" if key in text_headers else text
         request = Request(method=method.decode("ascii"), path=path, query=query, headers=text_headers, body=b"")
         fast = _FastCycle(request, headers, length, keep_alive)
-        rest = bytes(self._head_scan[end + 4:])
+        rest = bytes(self._head_scan[end + 4 :])
         self._head_scan.clear()
         self._fast = fast
         self._h11 = self._new_h11()
@@ -245,9 +261,13 @@ class ServerConnection:
             fast.eof = fast.eof or eof
             return []
         if eof:
-            failure = ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "malformed request: peer closed connection "
-                                      f"without sending complete message body: received {len(fast.body)} bytes, "
-                                      f"expected {fast.length}")
+            failure = ProtocolFailure(
+                400,
+                ErrorCode.INVALID_REQUEST,
+                "malformed request: peer closed connection "
+                f"without sending complete message body: received {len(fast.body)} bytes, "
+                f"expected {fast.length}",
+            )
             return [self._fail(failure)]
         wanted = fast.length - len(fast.body)
         fast.body += data[:wanted]
@@ -268,13 +288,12 @@ class ServerConnection:
             return ProtocolFailure(431, ErrorCode.HEADERS_TOO_LARGE, "request headers are too large")
         if end < 0:
             return None
-        head = bytes(self._head_scan[:end + 2])
+        head = bytes(self._head_scan[: end + 2])
         if any(fold in head for fold in _OBSOLETE_FOLD):
             return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "obsolete line folding is not accepted")
         # h11 folds repeated identical Content-Length headers into one; a repeat is still ambiguous framing.
         if head.lower().count(b"\ncontent-length:") > 1:
-            return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: repeated "
-                                                                   "Content-Length")
+            return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: repeated Content-Length")
         return None
 
     def _events(self) -> list[Event]:
@@ -340,8 +359,10 @@ class ServerConnection:
         if fast.state != "idle" or not fast.received:
             fast.state = "error"
             raise h11.LocalProtocolError("can't send a response head now")
-        items = [(raw, name, value) for (raw, value), (name, _) in zip(response.headers.raw_items(),
-                                                                        response.headers, strict=True)]
+        items = [
+            (raw, name, value)
+            for (raw, value), (name, _) in zip(response.headers.raw_items(), response.headers, strict=True)
+        ]
         lowered = [(name, value) for _, name, value in items]
         fast.chunked = False
         fast.body_left = 0
@@ -453,6 +474,8 @@ def _reason(status: int) -> bytes:
 def failure_response(failure: ProtocolFailure, request_id: str, protocol: Protocol = Protocol.VENDOR_A) -> bytes:
     """The raw bytes of a closing error response; written without h11, whose state may be broken."""
     body = orjson.dumps(error_body(protocol, failure.code.value, failure.message, failure.status))
-    head = (f"HTTP/1.1 {failure.status} {_reason(failure.status).decode()}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {request_id}\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {failure.status} {_reason(failure.status).decode()}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {request_id}\r\n\r\n"
+    )
     return head.encode() + body

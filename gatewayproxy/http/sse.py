@@ -62,7 +62,7 @@ class SseDecoder:
         end = self._buffer.rfind(_BLANK_LINE)
         if end < 0:
             return []
-        complete, self._buffer = self._buffer[:end], self._buffer[end + 2:]
+        complete, self._buffer = self._buffer[:end], self._buffer[end + 2 :]
         events = []
         for block in complete.split(_BLANK_LINE):
             event = _event_of(block.strip(b"\n"))

@@ -17,15 +17,23 @@ from gatewayproxy.plugins.sinks.pipeline import SinkPipeline
 
 _NULLABLE_STRING = ["null", "string"]
 AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "AuditRecord", "namespace": "gateway", "fields": [
-        {"name": "request_id", "type": "string"}, {"name": "ts", "type": "string"},
-        {"name": "kind", "type": "string"}, {"name": "principal", "type": "string"},
+    "type": "record",
+    "name": "AuditRecord",
+    "namespace": "gateway",
+    "fields": [
+        {"name": "request_id", "type": "string"},
+        {"name": "ts", "type": "string"},
+        {"name": "kind", "type": "string"},
+        {"name": "principal", "type": "string"},
         *({"name": name, "type": _NULLABLE_STRING} for name in ("route", "destination")),
-        {"name": "method", "type": "string"}, {"name": "path", "type": "string"},
-        {"name": "status", "type": "int"}, {"name": "outcome", "type": "string"},
+        {"name": "method", "type": "string"},
+        {"name": "path", "type": "string"},
+        {"name": "status", "type": "int"},
+        {"name": "outcome", "type": "string"},
         *({"name": name, "type": _NULLABLE_STRING} for name in ("error_code", "refused_by")),
         {"name": "latency_ms", "type": "double"},
-    ]}
+    ],
+}
 FAIL_CLOSED_KINDS = frozenset({"ext_proc"})
 
 
@@ -41,10 +49,19 @@ def audit_record(context: RequestContext) -> Record:
     """The audit record of a finished request."""
     request = context.request
     return {
-        "request_id": request.request_id, "ts": utc_timestamp(), "kind": context.operation.value,
-        "principal": context.principal.id, "route": context.route, "destination": context.destination,
-        "method": request.method, "path": request.path, "status": context.status, "outcome": outcome(context),
-        "error_code": context.error_code, "refused_by": context.refused_by, "latency_ms": latency_ms(context),
+        "request_id": request.request_id,
+        "ts": utc_timestamp(),
+        "kind": context.operation.value,
+        "principal": context.principal.id,
+        "route": context.route,
+        "destination": context.destination,
+        "method": request.method,
+        "path": request.path,
+        "status": context.status,
+        "outcome": outcome(context),
+        "error_code": context.error_code,
+        "refused_by": context.refused_by,
+        "latency_ms": latency_ms(context),
     }
 
 
@@ -79,6 +96,9 @@ class AuditStage(Stage):
 def build(deps: StageDeps) -> list[Stage]:
     """The audit stage, when audit sinks other than `noop` are configured."""
     pipelines = build_pipelines("audit_sinks", deps, AVRO_SCHEMA)
-    deny = {instance.name for instance in deps.config.plugins.audit_sinks
-            if instance.kind in FAIL_CLOSED_KINDS and instance.failure_mode == "deny"}
+    deny = {
+        instance.name
+        for instance in deps.config.plugins.audit_sinks
+        if instance.kind in FAIL_CLOSED_KINDS and instance.failure_mode == "deny"
+    }
     return [AuditStage(pipelines, [pipeline for pipeline in pipelines if pipeline.name in deny])] if pipelines else []

@@ -19,20 +19,35 @@ class AuthorizerMetrics:
     """Decisions by outcome, and backend failures passed under `allow` or `log_only`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.decisions = Counter("gateway_authorizer_decisions", "Authorizer decisions by outcome.",
-                                 ["authorizer", "outcome"], registry=registry)
-        self.passed_failures = Counter("gateway_authorizer_backend_failures_passed",
-                                       "Authorizer backend failures that let the request pass.",
-                                       ["authorizer", "failure_mode"], registry=registry)
+        self.decisions = Counter(
+            "gateway_authorizer_decisions",
+            "Authorizer decisions by outcome.",
+            ["authorizer", "outcome"],
+            registry=registry,
+        )
+        self.passed_failures = Counter(
+            "gateway_authorizer_backend_failures_passed",
+            "Authorizer backend failures that let the request pass.",
+            ["authorizer", "failure_mode"],
+            registry=registry,
+        )
 
 
 def authorization_input(context: RequestContext) -> dict[str, Any]:
     """The facts an authorizer judges (the `input` sent to OPA and external processors)."""
     request = context.request
     facts: dict[str, Any] = {
-        "request_id": request.request_id, "principal": context.principal.id, "scope": context.scope,
-        "operation": context.operation.value, "method": request.method, "path": request.path,
-        "route": context.route, "destination": context.destination, "model": None, "mcp": None}
+        "request_id": request.request_id,
+        "principal": context.principal.id,
+        "scope": context.scope,
+        "operation": context.operation.value,
+        "method": request.method,
+        "path": request.path,
+        "route": context.route,
+        "destination": context.destination,
+        "model": None,
+        "mcp": None,
+    }
     if context.operation is Operation.MCP:
         method = context.body.get("method")
         params = context.body.get("params")
@@ -66,8 +81,9 @@ class AuthorizeStage(Stage):
             decision = await authorizer.decide(facts)
         except BackendError as error:
             passed = self.metrics.passed_failures.labels(authorizer.name, authorizer.failure_mode)
-            if failure_passes(authorizer.failure_mode, f"authorizer {authorizer.name}", facts["request_id"], error,
-                              passed):
+            if failure_passes(
+                authorizer.failure_mode, f"authorizer {authorizer.name}", facts["request_id"], error, passed
+            ):
                 return Decision(True)
             self.metrics.decisions.labels(authorizer.name, "backend_error").inc()
             return Decision(False, "its backend is unavailable")
@@ -80,7 +96,8 @@ def build(deps: StageDeps) -> list[Stage]:
     instances = deps.config.plugins.authorizers
     if not instances:
         return []
-    authorizers = [build_authorizer(instance, f"plugins.authorizers[{index}]", deps)
-                   for index, instance in enumerate(instances)]
+    authorizers = [
+        build_authorizer(instance, f"plugins.authorizers[{index}]", deps) for index, instance in enumerate(instances)
+    ]
     metrics = deps.shared.get("authorize.metrics", lambda: AuthorizerMetrics(deps.metrics.registry))
     return [AuthorizeStage(authorizers, metrics)]

@@ -28,8 +28,7 @@ from gatewayproxy.server.upstream import UpstreamError, UpstreamPool, UpstreamRe
 from gatewayproxy.vaults.resolvers import VaultError
 
 JSON_CONTENT = [(b"content-type", b"application/json")]
-SSE_CONTENT = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no")]
+SSE_CONTENT = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 Finish = Callable[[RequestContext], None]
 
 
@@ -110,10 +109,16 @@ def response_text(shape: Shape, document: Any) -> str:
     if not isinstance(document, dict):
         return ""
     if shape is Shape.MESSAGES:
-        return "".join(block.get("text") or "" for block in document.get("content") or []
-                       if isinstance(block, dict) and block.get("type") == "text")
-    return "".join((choice.get("message") or {}).get("content") or "" for choice in document.get("choices") or []
-                   if isinstance(choice, dict))
+        return "".join(
+            block.get("text") or ""
+            for block in document.get("content") or []
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return "".join(
+        (choice.get("message") or {}).get("content") or ""
+        for choice in document.get("choices") or []
+        if isinstance(choice, dict)
+    )
 
 
 def _translated_success(context: RequestContext, adapter: Adapter, body: bytes, collect_text: bool) -> bytes:
@@ -122,8 +127,10 @@ def _translated_success(context: RequestContext, adapter: Adapter, body: bytes, 
     context.usage = _usage_of(context.operation, adapter.shape, document)
     if collect_text and context.operation in (Operation.CHAT, Operation.MESSAGES):
         context.output_text = response_text(adapter.shape, document)
-    if context.operation not in (Operation.CHAT, Operation.MESSAGES) or client_shape(context.operation) is \
-            adapter.shape:
+    if (
+        context.operation not in (Operation.CHAT, Operation.MESSAGES)
+        or client_shape(context.operation) is adapter.shape
+    ):
         return body
     if adapter.shape is Shape.MESSAGES:
         return orjson.dumps(translate.messages_to_chat_response(document))
@@ -147,8 +154,15 @@ class Dispatch:
     """One request's walk through its plan; `governed=False` (a guardrail's own model call) skips the output
     inspectors, so a check never inspects itself."""
 
-    def __init__(self, pool: UpstreamPool, metrics: GatewayMetrics, context: RequestContext, plan: Plan,
-                 finish: Finish, governed: bool = True) -> None:
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        metrics: GatewayMetrics,
+        context: RequestContext,
+        plan: Plan,
+        finish: Finish,
+        governed: bool = True,
+    ) -> None:
         self.pool = pool
         self.context = context
         self.plan = plan
@@ -170,8 +184,10 @@ class Dispatch:
         """The response of the first target that answers; raises the mapped final failure."""
         candidates = self._candidates()
         if not candidates:
-            raise GatewayError(ErrorCode.NO_ROUTE, f"route {self.plan.route!r} has no destination that serves "
-                                                   f"{self.context.request.path}")
+            raise GatewayError(
+                ErrorCode.NO_ROUTE,
+                f"route {self.plan.route!r} has no destination that serves {self.context.request.path}",
+            )
         failure = Failure("5xx", "no attempt was made")
         for position, (target, adapter) in enumerate(candidates):
             if position:
@@ -209,8 +225,7 @@ class Dispatch:
         try:
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
                 call = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
-                upstream = await self.pool.request(call.origin, call.method, call.path, call.headers,
-                                                           call.body)
+                upstream = await self.pool.request(call.origin, call.method, call.path, call.headers, call.body)
                 return await self._answer(adapter, upstream)
         except TimeoutError:
             return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
@@ -225,8 +240,9 @@ class Dispatch:
             return await self._start_stream(adapter, upstream)
         body = await upstream.read()
         if 200 <= status < 300:
-            return Response(status, JSON_CONTENT,
-                            _translated_success(self.context, adapter, body, bool(self.inspectors)))
+            return Response(
+                status, JSON_CONTENT, _translated_success(self.context, adapter, body, bool(self.inspectors))
+            )
         if status == 429:
             return Failure("429", f"destination {adapter.name!r} is rate limited", upstream.header(b"retry-after"))
         if status >= 500:
@@ -255,8 +271,14 @@ class Dispatch:
             return Failure("5xx", f"destination {adapter.name!r} failed before the first event")
         return Response(200, SSE_CONTENT, stream=self._relay(frames, chunks, decoder, translator, upstream))
 
-    async def _relay(self, first: list[bytes], chunks: AsyncIterator[bytes], decoder: StreamDecoder,
-                     translator: streams.StreamTranslator, upstream: UpstreamResponse) -> AsyncIterator[bytes]:
+    async def _relay(
+        self,
+        first: list[bytes],
+        chunks: AsyncIterator[bytes],
+        decoder: StreamDecoder,
+        translator: streams.StreamTranslator,
+        upstream: UpstreamResponse,
+    ) -> AsyncIterator[bytes]:
         context = self.context
         blocked: GatewayError | None = None
         try:
@@ -300,8 +322,9 @@ def _final_error(failure: Failure) -> GatewayError:
     if failure.kind == "timeout":
         return GatewayError(ErrorCode.UPSTREAM_TIMEOUT, failure.message)
     if failure.kind == "429":
-        return GatewayError(ErrorCode.UPSTREAM_RATE_LIMITED, failure.message,
-                            headers=((b"retry-after", failure.retry_after or b"1"),))
+        return GatewayError(
+            ErrorCode.UPSTREAM_RATE_LIMITED, failure.message, headers=((b"retry-after", failure.retry_after or b"1"),)
+        )
     return GatewayError(ErrorCode.UPSTREAM_ERROR, failure.message)
 
 
@@ -322,17 +345,25 @@ class ModelAsker:
         self.metrics = metrics
 
     async def __call__(self, context: RequestContext, body: dict[str, Any]) -> str:
-        request = Request(method="POST", path=self.PATH, query="", headers={}, body=b"",
-                          request_id=context.request.request_id)
-        evaluation = RequestContext(request=request, operation=Operation.CHAT, protocol=Protocol.VENDOR_A,
-                                    state=context.state, body=body, principal=context.principal)
+        request = Request(
+            method="POST", path=self.PATH, query="", headers={}, body=b"", request_id=context.request.request_id
+        )
+        evaluation = RequestContext(
+            request=request,
+            operation=Operation.CHAT,
+            protocol=Protocol.VENDOR_A,
+            state=context.state,
+            body=body,
+            principal=context.principal,
+        )
         route = context.state.router.match(evaluation)
         if route is None:
             raise BackendError(f"no route serves the evaluator model {body.get('model')!r}")
         evaluation.route = route.name
         try:
-            response = await Dispatch(self.pool, self.metrics, evaluation, route.plan(evaluation), _unaccounted,
-                                      governed=False).run()
+            response = await Dispatch(
+                self.pool, self.metrics, evaluation, route.plan(evaluation), _unaccounted, governed=False
+            ).run()
         except GatewayError as error:
             raise BackendError(f"the evaluator model failed: {error.code.value}") from None
         if response.status != 200:

@@ -24,11 +24,18 @@ class GuardrailMetrics:
     """Checks by outcome, and backend failures passed under `allow` or `log_only`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.checks = Counter("gateway_guardrail_checks", "Payload guardrail checks by outcome.",
-                              ["guardrail", "phase", "outcome"], registry=registry)
-        self.passed_failures = Counter("gateway_guardrail_backend_failures_passed",
-                                       "Guardrail backend failures that let the request pass.",
-                                       ["guardrail", "failure_mode"], registry=registry)
+        self.checks = Counter(
+            "gateway_guardrail_checks",
+            "Payload guardrail checks by outcome.",
+            ["guardrail", "phase", "outcome"],
+            registry=registry,
+        )
+        self.passed_failures = Counter(
+            "gateway_guardrail_backend_failures_passed",
+            "Guardrail backend failures that let the request pass.",
+            ["guardrail", "failure_mode"],
+            registry=registry,
+        )
 
 
 def _rewrite_content(content: Any, rewrite: Rewrite) -> Any:
@@ -73,8 +80,12 @@ def rewrite_input(context: RequestContext, rewrite: Rewrite) -> dict[str, Any]:
     if "system" in body:
         body["system"] = _rewrite_content(body["system"], rewrite)
     if isinstance(body.get("messages"), list):
-        body["messages"] = [{**message, "content": _rewrite_content(message.get("content"), rewrite)}
-                            if isinstance(message, dict) else message for message in body["messages"]]
+        body["messages"] = [
+            {**message, "content": _rewrite_content(message.get("content"), rewrite)}
+            if isinstance(message, dict)
+            else message
+            for message in body["messages"]
+        ]
     return body
 
 
@@ -101,7 +112,8 @@ class GuardrailStage(Stage):
         self.guardrails = guardrails
         self.metrics = metrics
         self.by_phase: dict[Phase, list[Guardrail]] = {
-            phase: [guardrail for guardrail in guardrails if phase in guardrail.phases] for phase in PHASES}
+            phase: [guardrail for guardrail in guardrails if phase in guardrail.phases] for phase in PHASES
+        }
 
     async def admit(self, context: RequestContext) -> None:
         operation = context.operation
@@ -121,12 +133,18 @@ class GuardrailStage(Stage):
         for guardrail in self.guardrails:
             if guardrail.phases & {"input", "output"}:
                 if guardrail.failure_mode == "deny":
-                    raise GatewayError(ErrorCode.GUARDRAIL_BLOCKED_INPUT,
-                                       f"guardrail {guardrail.name!r} cannot inspect native responses and denies "
-                                       "them")
+                    raise GatewayError(
+                        ErrorCode.GUARDRAIL_BLOCKED_INPUT,
+                        f"guardrail {guardrail.name!r} cannot inspect native responses and denies them",
+                    )
                 passed = self.metrics.passed_failures.labels(guardrail.name, guardrail.failure_mode)
-                failure_passes(guardrail.failure_mode, f"guardrail {guardrail.name}", context.request.request_id,
-                               BackendError("native responses are not inspected"), passed)
+                failure_passes(
+                    guardrail.failure_mode,
+                    f"guardrail {guardrail.name}",
+                    context.request.request_id,
+                    BackendError("native responses are not inspected"),
+                    passed,
+                )
 
     async def _check_input(self, context: RequestContext, phase: Phase) -> None:
         for guardrail in self.by_phase[phase]:
@@ -156,12 +174,11 @@ class GuardrailStage(Stage):
             if not context.output_complete and len(output) - seen < max(guardrail.stream_check_chars, 1):
                 continue
             checked[guardrail.name] = len(output)
-            window = output if guardrail.whole_text else output[max(seen - self.STREAM_OVERLAP_CHARS, 0):]
+            window = output if guardrail.whole_text else output[max(seen - self.STREAM_OVERLAP_CHARS, 0) :]
             verdict = await self._verdict(guardrail, phase, window, context)
             if not verdict.allowed:
                 # Output already generated is judged, never rewritten: a redacting guardrail blocks it too.
-                raise GatewayError(ErrorCode.GUARDRAIL_BLOCKED_OUTPUT,
-                                   _blocked_message(guardrail, verdict, "response"))
+                raise GatewayError(ErrorCode.GUARDRAIL_BLOCKED_OUTPUT, _blocked_message(guardrail, verdict, "response"))
 
     async def _verdict(self, guardrail: Guardrail, phase: Phase, text: str, context: RequestContext) -> Verdict:
         """The guardrail's verdict; a failed backend is a block under `deny`, a pass otherwise."""
@@ -169,8 +186,13 @@ class GuardrailStage(Stage):
             verdict = await guardrail.check(phase, text, context)
         except BackendError as error:
             passed = self.metrics.passed_failures.labels(guardrail.name, guardrail.failure_mode)
-            if failure_passes(guardrail.failure_mode, f"guardrail {guardrail.name} at {phase}",
-                              context.request.request_id, error, passed):
+            if failure_passes(
+                guardrail.failure_mode,
+                f"guardrail {guardrail.name} at {phase}",
+                context.request.request_id,
+                error,
+                passed,
+            ):
                 return Verdict(True)
             self.metrics.checks.labels(guardrail.name, phase, "backend_error").inc()
             return Verdict(False, "its backend is unavailable")
@@ -187,7 +209,8 @@ def build(deps: StageDeps) -> list[Stage]:
     instances = deps.config.plugins.guardrails
     if not instances:
         return []
-    guardrails = [build_guardrail(instance, f"plugins.guardrails[{index}]", deps)
-                  for index, instance in enumerate(instances)]
+    guardrails = [
+        build_guardrail(instance, f"plugins.guardrails[{index}]", deps) for index, instance in enumerate(instances)
+    ]
     metrics = deps.shared.get("guardrails.metrics", lambda: GuardrailMetrics(deps.metrics.registry))
     return [GuardrailStage(guardrails, metrics)]

@@ -132,8 +132,9 @@ class JwtValidator:
             self._fetched_at = time.monotonic()
             assert self.config.jwks_url is not None
             try:
-                status, body = await self._fetch(self.config.jwks_url, {"accept": "application/json"},
-                                                 JWKS_FETCH_TIMEOUT_SECONDS)
+                status, body = await self._fetch(
+                    self.config.jwks_url, {"accept": "application/json"}, JWKS_FETCH_TIMEOUT_SECONDS
+                )
                 self._keys = _parse_jwks(body) if status == 200 else self._keys
             except (OSError, ValueError, jwt.PyJWTError) as error:
                 logger.warning("cannot fetch JWKS of %s: %s", self.name, error)
@@ -159,8 +160,9 @@ class IdentityStage:
     """Authenticates requests; with no validators configured every caller is anonymous."""
 
     def __init__(self, identity: Identity, spend: Spend, fetch: Fetch) -> None:
-        self._validators = [ApiKeyValidator(v) if v.kind == "api_key" else JwtValidator(v, fetch)
-                            for v in identity.validators]
+        self._validators = [
+            ApiKeyValidator(v) if v.kind == "api_key" else JwtValidator(v, fetch) for v in identity.validators
+        ]
         self._trusted_header_dims = tuple(spend.trusted_header_dims)
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
@@ -182,9 +184,11 @@ class IdentityStage:
 
     def _with_trusted_headers(self, principal: Principal, headers: Mapping[str, str]) -> Principal:
         """Raw `X-Scope-<dim>` headers fill only trusted dimensions that no verified value covers."""
-        extra = {dim: headers[SCOPE_HEADER_PREFIX + dim] for dim in self._trusted_header_dims
-                 if dim not in principal.scope and SCOPE_HEADER_PREFIX + dim in headers}
+        extra = {
+            dim: headers[SCOPE_HEADER_PREFIX + dim]
+            for dim in self._trusted_header_dims
+            if dim not in principal.scope and SCOPE_HEADER_PREFIX + dim in headers
+        }
         if not extra:
             return principal
         return Principal(id=principal.id, scope={**principal.scope, **extra}, validator=principal.validator)
-

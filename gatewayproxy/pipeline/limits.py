@@ -130,12 +130,21 @@ class CompiledLimit:
     def __init__(self, limit: RateLimit) -> None:
         self.name = limit.name
         self.scope = dict(limit.match.scope)
-        self.request_windows = [(unit, count, window) for unit, count, window in
-                                (("qpm", limit.qpm, MINUTE_MS), ("qph", limit.qph, HOUR_MS)) if count]
-        self.token_windows = [(unit, count, window) for unit, count, window in
-                              (("tpm", limit.tpm, MINUTE_MS), ("tph", limit.tph, HOUR_MS)) if count]
-        self.budgets = [(unit, micro_usd(usd)) for unit, usd in
-                        (("month", limit.budget_usd_per_month), ("day", limit.budget_usd_per_day)) if usd]
+        self.request_windows = [
+            (unit, count, window)
+            for unit, count, window in (("qpm", limit.qpm, MINUTE_MS), ("qph", limit.qph, HOUR_MS))
+            if count
+        ]
+        self.token_windows = [
+            (unit, count, window)
+            for unit, count, window in (("tpm", limit.tpm, MINUTE_MS), ("tph", limit.tph, HOUR_MS))
+            if count
+        ]
+        self.budgets = [
+            (unit, micro_usd(usd))
+            for unit, usd in (("month", limit.budget_usd_per_month), ("day", limit.budget_usd_per_day))
+            if usd
+        ]
 
     def holds(self, scope: dict[str, str]) -> bool:
         """Whether every scope pair of the match holds for the principal."""
@@ -183,8 +192,10 @@ class LimitsStage(Stage):
         if limit is None:
             return
         budgeted = bool(limit.budgets) and context.operation not in UNBUDGETED_OPERATIONS and context.plan is not None
-        estimate = Estimate(estimate_tokens(context, self.spend.admission) if limit.token_windows else 0,
-                            self._reservation(context) if budgeted else 0)
+        estimate = Estimate(
+            estimate_tokens(context, self.spend.admission) if limit.token_windows else 0,
+            self._reservation(context) if budgeted else 0,
+        )
         charges = self._charges(limit, self.bucket_key(limit, context.scope), estimate, budgeted)
         if not charges:
             return
@@ -200,8 +211,11 @@ class LimitsStage(Stage):
 
     def _charges(self, limit: CompiledLimit, key: str, estimate: Estimate, budgeted: bool) -> tuple[Charge, ...]:
         charges = [Charge(f"{key}:{unit}", REQUESTS, count, 1, window) for unit, count, window in limit.request_windows]
-        charges += [Charge(f"{key}:{unit}", TOKENS, count, estimate.tokens, window)
-                    for unit, count, window in limit.token_windows if estimate.tokens]
+        charges += [
+            Charge(f"{key}:{unit}", TOKENS, count, estimate.tokens, window)
+            for unit, count, window in limit.token_windows
+            if estimate.tokens
+        ]
         if budgeted:
             now = time.time()
             for unit, cap in limit.budgets:
@@ -225,8 +239,10 @@ class LimitsStage(Stage):
         """`spend.admission.unpriced_model`: refuse, reserve the configured estimate, or let it through untracked."""
         admission = self.spend.admission
         if admission.unpriced_model == "deny":
-            raise GatewayError(ErrorCode.UNPRICED_MODEL, f"model {model!r} has no price at destination "
-                                                         f"{destination!r} and a spend budget applies")
+            raise GatewayError(
+                ErrorCode.UNPRICED_MODEL,
+                f"model {model!r} has no price at destination {destination!r} and a spend budget applies",
+            )
         if admission.unpriced_model == "estimate":
             return admission.estimate_usd_per_request or 0.0
         return 0.0
@@ -239,7 +255,8 @@ class LimitsStage(Stage):
         if not any(deltas):
             return
         task = asyncio.get_running_loop().create_task(
-            admitted.decision.store.adjust(admitted.charges, deltas, admitted.decision.stamp))
+            admitted.decision.store.adjust(admitted.charges, deltas, admitted.decision.stamp)
+        )
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -275,8 +292,9 @@ def _refusal(charge: Charge, retry_after: float) -> GatewayError:
     code = ErrorCode.BUDGET_EXCEEDED if charge.unit == MICRO_USD else ErrorCode.RATE_LIMITED
     what = "spend budget" if charge.unit == MICRO_USD else f"{charge.unit} rate limit"
     seconds = max(math.ceil(retry_after), 1)
-    return GatewayError(code, f"{what} exceeded; retry in {seconds} s",
-                        headers=((b"retry-after", str(seconds).encode()),))
+    return GatewayError(
+        code, f"{what} exceeded; retry in {seconds} s", headers=((b"retry-after", str(seconds).encode()),)
+    )
 
 
 def headroom_headers(charges: tuple[Charge, ...], decision: Decision) -> list[tuple[bytes, bytes]]:
@@ -288,8 +306,10 @@ def headroom_headers(charges: tuple[Charge, ...], decision: Decision) -> list[tu
     for unit in (REQUESTS, TOKENS):
         if units[unit]:
             tightest = min(units[unit], key=lambda headroom: headroom.remaining)
-            headers += [(f"x-ratelimit-limit-{unit}".encode(), str(tightest.limit).encode()),
-                        (f"x-ratelimit-remaining-{unit}".encode(), str(tightest.remaining).encode())]
+            headers += [
+                (f"x-ratelimit-limit-{unit}".encode(), str(tightest.limit).encode()),
+                (f"x-ratelimit-remaining-{unit}".encode(), str(tightest.remaining).encode()),
+            ]
     if units[MICRO_USD]:
         usd = min(headroom.remaining for headroom in units[MICRO_USD]) / MICRO_USD_PER_USD
         headers.append((b"x-budget-remaining-usd", f"{usd:.6f}".encode()))
@@ -304,7 +324,7 @@ def build(deps: StageDeps) -> list[Stage]:
     metrics = deps.shared.get("limits.metrics", lambda: LimiterMetrics(deps.metrics.registry))
     plugin = deps.config.plugins.rate_limiter
     fallback_key = f"limits.fallback.{plugin.name}" if plugin is not None else "limits.fallback"
-    store = build_store(plugin, deps.shared.get("limits.local", LocalStore), deps.shared.get(fallback_key, LocalStore),
-                        metrics)
+    store = build_store(
+        plugin, deps.shared.get("limits.local", LocalStore), deps.shared.get(fallback_key, LocalStore), metrics
+    )
     return [*stages, LimitsStage(deps.config, store, deps.pricer)]
-

@@ -83,13 +83,18 @@ def _guardrail_problems(config: GatewayConfig) -> Iterator[str]:
     if source is None:
         return
     yield from _readable("guardrail_source.bearer_token_file", source.bearer_token_file)
-    yield from _parses("guardrail_source.verification.public_key_file", source.verification.public_key_file,
-                       load_public_key)
+    yield from _parses(
+        "guardrail_source.verification.public_key_file", source.verification.public_key_file, load_public_key
+    )
     if source.kind == "file":
         yield from _readable("guardrail_source.path", source.path)
 
 
 def live_problems(config: GatewayConfig) -> list[str]:
     """Every live problem of a structurally valid config, each naming its key."""
-    return [*_server_problems(config), *_identity_problems(config), *_vault_problems(config),
-            *_guardrail_problems(config)]
+    return [
+        *_server_problems(config),
+        *_identity_problems(config),
+        *_vault_problems(config),
+        *_guardrail_problems(config),
+    ]

@@ -41,8 +41,9 @@ logger = logging.getLogger("gatewayproxy.policy")
 STAGE_NAME = "policy"
 SESSION_HEADER = "x-session-id"
 TURN_HEADER = "x-turn-id"
-MODEL_OPERATIONS = frozenset({Operation.CHAT, Operation.MESSAGES, Operation.EMBEDDINGS, Operation.RESPONSES,
-                              Operation.NATIVE})
+MODEL_OPERATIONS = frozenset(
+    {Operation.CHAT, Operation.MESSAGES, Operation.EMBEDDINGS, Operation.RESPONSES, Operation.NATIVE}
+)
 # Where request text lives in the vendor shapes the data plane accepts.
 REQUEST_TEXT_KEYS = ("messages", "input", "system", "prompt", "instructions")
 
@@ -58,13 +59,29 @@ class PolicyMetrics:
 
 def _metrics(deps: StageDeps) -> PolicyMetrics:
     registry = deps.metrics.registry
-    return deps.shared.get("policy.metrics", lambda: PolicyMetrics(
-        decisions=Counter("gateway_policy_decisions", "Policy guardrail decisions by phase and outcome "
-                          "(allow, deny, would_deny, alert).", ["phase", "outcome"], registry=registry),
-        alerts=Counter("gateway_policy_alerts", "Policy alerts (soft allows, alert rules, skipped types).",
-                       ["phase"], registry=registry),
-        rejected_bundles=Counter("gateway_policy_bundles_rejected", "Policy bundles refused by a file source.",
-                                 ["reason"], registry=registry)))
+    return deps.shared.get(
+        "policy.metrics",
+        lambda: PolicyMetrics(
+            decisions=Counter(
+                "gateway_policy_decisions",
+                "Policy guardrail decisions by phase and outcome (allow, deny, would_deny, alert).",
+                ["phase", "outcome"],
+                registry=registry,
+            ),
+            alerts=Counter(
+                "gateway_policy_alerts",
+                "Policy alerts (soft allows, alert rules, skipped types).",
+                ["phase"],
+                registry=registry,
+            ),
+            rejected_bundles=Counter(
+                "gateway_policy_bundles_rejected",
+                "Policy bundles refused by a file source.",
+                ["reason"],
+                registry=registry,
+            ),
+        ),
+    )
 
 
 @dataclass
@@ -117,8 +134,14 @@ class PolicyStage(Stage):
 
     name = STAGE_NAME
 
-    def __init__(self, policy: GuardrailsPolicy, source: FileSource | RegistrySource, store: StateStore,
-                 timezone: str, metrics: PolicyMetrics) -> None:
+    def __init__(
+        self,
+        policy: GuardrailsPolicy,
+        source: FileSource | RegistrySource,
+        store: StateStore,
+        timezone: str,
+        metrics: PolicyMetrics,
+    ) -> None:
         self.policy = policy
         self.phases = frozenset(policy.phases)
         self.source = source
@@ -162,10 +185,16 @@ class PolicyStage(Stage):
 
     def settle(self, context: RequestContext) -> None:
         now = datetime.now(self.timezone)
-        self.store.record(Tally(subject=context.principal.id, day=now.strftime("%Y-%m-%d"),
-                                minute=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M"),
-                                cost_usd=context.cost_usd or 0.0, session=request_session(context),
-                                turn=context.request.headers.get(TURN_HEADER)))
+        self.store.record(
+            Tally(
+                subject=context.principal.id,
+                day=now.strftime("%Y-%m-%d"),
+                minute=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M"),
+                cost_usd=context.cost_usd or 0.0,
+                session=request_session(context),
+                turn=context.request.headers.get(TURN_HEADER),
+            )
+        )
 
     async def _resolve(self, context: RequestContext) -> Resolution:
         if isinstance(self.source, FileSource):
@@ -177,15 +206,20 @@ class PolicyStage(Stage):
         subject = context.principal.id
         if phase == "tool_call":
             params = context.body.get("params") or {}
-            return Facts(phase=phase, subject=subject, tool=str(params.get("name")),
-                         text=orjson.dumps(params.get("arguments") or {}).decode())
+            return Facts(
+                phase=phase,
+                subject=subject,
+                tool=str(params.get("name")),
+                text=orjson.dumps(params.get("arguments") or {}).decode(),
+            )
         today = datetime.now(self.timezone).strftime("%Y-%m-%d")
 
         async def spent_today() -> float:
             return await self.store.spent(day_key(subject, today))
 
-        return Facts(phase=phase, subject=subject, model=context.model, text=request_text(context.body),
-                     spent_today=spent_today)
+        return Facts(
+            phase=phase, subject=subject, model=context.model, text=request_text(context.body), spent_today=spent_today
+        )
 
     async def _judge(self, context: RequestContext, phase: str, resolution: Resolution, facts: Facts) -> None:
         try:
@@ -204,8 +238,10 @@ class PolicyStage(Stage):
         alerts = []
         if self._expired(bundle):
             on_expired = self.policy.on_expired
-            expired = self._configured("deny" if phase == "tool_call" and on_expired != "allow" else on_expired,
-                                       "the policy bundle is past its expiry and the staleness allowance")
+            expired = self._configured(
+                "deny" if phase == "tool_call" and on_expired != "allow" else on_expired,
+                "the policy bundle is past its expiry and the staleness allowance",
+            )
             if expired.action == "deny":
                 return expired
             alerts += expired.reasons
@@ -236,8 +272,9 @@ class PolicyStage(Stage):
             logger.warning("policy alert at %s for request %s: %s", phase, request_id, "; ".join(decision.reasons))
         elif outcome == "deny" and self.policy.mode == "observe":
             outcome = "would_deny"
-            logger.warning("policy would deny at %s request %s (observe mode): %s", phase, request_id,
-                           "; ".join(decision.reasons))
+            logger.warning(
+                "policy would deny at %s request %s (observe mode): %s", phase, request_id, "; ".join(decision.reasons)
+            )
         self.metrics.decisions.labels(phase, outcome).inc()
         if outcome == "deny":
             logger.info("policy denied at %s request %s: %s", phase, request_id, "; ".join(decision.reasons))
@@ -255,8 +292,10 @@ def _source(deps: StageDeps, source: GuardrailSource, metrics: PolicyMetrics) ->
     """The snapshot's bundle source; its state (the file's accepted bundle, the registry cache) outlives swaps."""
     try:
         if source.kind == "file":
-            return deps.shared.get(f"policy.file_source:{source.model_dump_json()}", lambda: FileSource(
-                source, lambda reason: metrics.rejected_bundles.labels(reason).inc()))
+            return deps.shared.get(
+                f"policy.file_source:{source.model_dump_json()}",
+                lambda: FileSource(source, lambda reason: metrics.rejected_bundles.labels(reason).inc()),
+            )
         cache: OrderedDict = deps.shared.get(f"policy.registry_cache:{source.base_url}", OrderedDict)
         return RegistrySource(source, deps.fetch, cache, deps.config.guardrails_policy.refresh_interval_secs)
     except (OSError, ValueError) as error:

@@ -49,12 +49,14 @@ def usage_cost(pricing: Pricing, usage: Usage, cache_inside_input: bool) -> floa
     write_rate = _rate(pricing.cache_write_per_1m, input_rate)
     cached = usage.cache_read_tokens + usage.cache_write_tokens if cache_inside_input else 0
     one_hour = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
-    total = (max(usage.input_tokens - cached, 0) * input_rate
-             + usage.cache_read_tokens * _rate(pricing.cache_read_per_1m, input_rate)
-             + (usage.cache_write_tokens - one_hour) * write_rate
-             + one_hour * _rate(pricing.cache_write_1h_per_1m, write_rate)
-             + max(usage.output_tokens - usage.reasoning_tokens, 0) * output_rate
-             + usage.reasoning_tokens * _rate(pricing.reasoning_output_per_1m, output_rate))
+    total = (
+        max(usage.input_tokens - cached, 0) * input_rate
+        + usage.cache_read_tokens * _rate(pricing.cache_read_per_1m, input_rate)
+        + (usage.cache_write_tokens - one_hour) * write_rate
+        + one_hour * _rate(pricing.cache_write_1h_per_1m, write_rate)
+        + max(usage.output_tokens - usage.reasoning_tokens, 0) * output_rate
+        + usage.reasoning_tokens * _rate(pricing.reasoning_output_per_1m, output_rate)
+    )
     return total / PER_MILLION + (pricing.per_request_usd or 0.0)
 
 
@@ -76,11 +78,14 @@ class Pricer:
     def __init__(self, config: GatewayConfig, fetch: Fetch, base_dir: str | None = None) -> None:
         self.config = config
         instance = config.plugins.cost_model
-        self.cost_model: CostModel | None = (build_cost_model(instance, fetch, base_dir=base_dir)
-                                             if instance is not None else None)
-        self._cache_inside_input = {name: adapter_class(destination.kind).shape is Shape.CHAT
-                                    for name, destination in config.destinations.items()
-                                    if destination.kind in MODEL_KINDS}
+        self.cost_model: CostModel | None = (
+            build_cost_model(instance, fetch, base_dir=base_dir) if instance is not None else None
+        )
+        self._cache_inside_input = {
+            name: adapter_class(destination.kind).shape is Shape.CHAT
+            for name, destination in config.destinations.items()
+            if destination.kind in MODEL_KINDS
+        }
         self._memo: dict[tuple[str, str], ResolvedPrice | None] = {}
         self._memo_revision = 0
 
@@ -91,8 +96,9 @@ class Pricer:
         config = self.config.destinations.get(destination) if destination else None
         if self.cost_model is not None:
             upstream = config.model_map.get(model) if config else None
-            found = (self.cost_model.lookup(provider, upstream) if upstream else None) \
-                or self.cost_model.lookup(provider, model)
+            found = (self.cost_model.lookup(provider, upstream) if upstream else None) or self.cost_model.lookup(
+                provider, model
+            )
         return _overlay(found, destination, config.pricing if config else None)
 
     def resolve(self, destination: str | None, model: str | None) -> ResolvedPrice | None:
@@ -140,8 +146,14 @@ class CostModelRefresh(Stage):
 
 def _default_destination(config: GatewayConfig, provider: str) -> str | None:
     """Without a `destination` query: the first destination of the provider that has pricing of its own."""
-    return next((name for name, destination in config.destinations.items()
-                 if destination.kind == provider and destination.pricing is not None), None)
+    return next(
+        (
+            name
+            for name, destination in config.destinations.items()
+            if destination.kind == provider and destination.pricing is not None
+        ),
+        None,
+    )
 
 
 async def resolve_price(config: GatewayConfig, pricer: Pricer, query: dict[str, str]) -> dict[str, Any]:
@@ -162,6 +174,11 @@ async def resolve_price(config: GatewayConfig, pricer: Pricer, query: dict[str, 
     resolved = pricer.resolve_at(provider, model, destination)
     if resolved is None:
         raise GatewayError(ErrorCode.NOT_FOUND, f"no price for {provider}/{model}")
-    return {"provider": provider, "model": model, "destination": destination,
-            "pricing": resolved.pricing.model_dump(exclude_none=True), "source": resolved.source,
-            "sources": resolved.sources}
+    return {
+        "provider": provider,
+        "model": model,
+        "destination": destination,
+        "pricing": resolved.pricing.model_dump(exclude_none=True),
+        "source": resolved.source,
+        "sources": resolved.sources,
+    }

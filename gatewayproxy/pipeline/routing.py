@@ -44,8 +44,10 @@ class CompiledRoute:
         self._path = match.path
         self._scope = dict(match.scope)
         self.specificity = len(match.scope)
-        self._conditions = [(condition, {field: compile_glob(value) for field, value in condition.if_.items()})
-                            for condition in route.strategy.conditions]
+        self._conditions = [
+            (condition, {field: compile_glob(value) for field, value in condition.if_.items()})
+            for condition in route.strategy.conditions
+        ]
         self._targets_by_destination = {target.destination: target for target in route.strategy.targets}
         self._attempts = _attempts_of(route)
 

@@ -42,11 +42,19 @@ def request_summary(context: RequestContext) -> dict[str, Any]:
 
 def span_attributes(summary: dict[str, Any]) -> dict[str, str | int | float]:
     """The summary as span attributes (absent values left out)."""
-    names = {"request_id": "gateway.request_id", "operation": "gateway.operation", "principal": "enduser.id",
-             "route": "gateway.route", "destination": "gateway.destination", "model": "gen_ai.request.model",
-             "status": "http.response.status_code", "error_code": "error.type",
-             "input_tokens": "gen_ai.usage.input_tokens", "output_tokens": "gen_ai.usage.output_tokens",
-             "cost_usd": "gateway.cost_usd"}
+    names = {
+        "request_id": "gateway.request_id",
+        "operation": "gateway.operation",
+        "principal": "enduser.id",
+        "route": "gateway.route",
+        "destination": "gateway.destination",
+        "model": "gen_ai.request.model",
+        "status": "http.response.status_code",
+        "error_code": "error.type",
+        "input_tokens": "gen_ai.usage.input_tokens",
+        "output_tokens": "gen_ai.usage.output_tokens",
+        "cost_usd": "gateway.cost_usd",
+    }
     return {attribute: summary[key] for key, attribute in names.items() if summary.get(key) is not None}
 
 

@@ -24,17 +24,27 @@ NO_USAGE = Usage()
 QUERY_PARAMETERS = frozenset({"from", "to", "group_by"})
 _NULLABLE_STRING = ["null", "string"]
 AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "UsageRecord", "namespace": "gateway", "fields": [
-        {"name": "request_id", "type": "string"}, {"name": "ts", "type": "string"},
-        {"name": "kind", "type": "string"}, {"name": "principal", "type": "string"},
+    "type": "record",
+    "name": "UsageRecord",
+    "namespace": "gateway",
+    "fields": [
+        {"name": "request_id", "type": "string"},
+        {"name": "ts", "type": "string"},
+        {"name": "kind", "type": "string"},
+        {"name": "principal", "type": "string"},
         {"name": "scope", "type": {"type": "map", "values": "string"}},
         *({"name": name, "type": _NULLABLE_STRING} for name in ("route", "destination", "provider", "model")),
-        *({"name": name, "type": "long"} for name in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                                      "cache_write_tokens", "reasoning_tokens")),
-        {"name": "cost_usd", "type": ["null", "double"]}, {"name": "status", "type": "int"},
-        {"name": "latency_ms", "type": "double"}, {"name": "streamed", "type": "boolean"},
+        *(
+            {"name": name, "type": "long"}
+            for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+        ),
+        {"name": "cost_usd", "type": ["null", "double"]},
+        {"name": "status", "type": "int"},
+        {"name": "latency_ms", "type": "double"},
+        {"name": "streamed", "type": "boolean"},
         {"name": "tags", "type": {"type": "map", "values": "string"}},
-    ]}
+    ],
+}
 
 
 def utc_timestamp() -> str:
@@ -60,8 +70,13 @@ def request_tags(context: RequestContext, allowlist: dict[str, str]) -> dict[str
     tags: dict[str, str] = {}
     metadata = context.body.get("metadata")
     if isinstance(metadata, dict):
-        tags.update({allowlist[key.lower()]: value for key, value in metadata.items()
-                     if isinstance(key, str) and key.lower() in allowlist and isinstance(value, str)})
+        tags.update(
+            {
+                allowlist[key.lower()]: value
+                for key, value in metadata.items()
+                if isinstance(key, str) and key.lower() in allowlist and isinstance(value, str)
+            }
+        )
     for name, value in context.request.headers.items():
         key = name.removeprefix(TAG_HEADER_PREFIX)
         if name.startswith(TAG_HEADER_PREFIX) and key in allowlist:
@@ -74,13 +89,25 @@ def usage_record(context: RequestContext, allowlist: dict[str, str]) -> Record:
     usage = context.usage or NO_USAGE
     destination = context.state.config.destinations.get(context.destination or "")
     return {
-        "request_id": context.request.request_id, "ts": utc_timestamp(), "kind": context.operation.value,
-        "principal": context.principal.id, "scope": context.scope, "route": context.route,
-        "destination": context.destination, "provider": destination.kind if destination else None,
-        "model": context.model, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens, "cache_write_tokens": usage.cache_write_tokens,
-        "reasoning_tokens": usage.reasoning_tokens, "cost_usd": context.cost_usd, "status": context.status,
-        "latency_ms": latency_ms(context), "streamed": context.stream, "tags": request_tags(context, allowlist),
+        "request_id": context.request.request_id,
+        "ts": utc_timestamp(),
+        "kind": context.operation.value,
+        "principal": context.principal.id,
+        "scope": context.scope,
+        "route": context.route,
+        "destination": context.destination,
+        "provider": destination.kind if destination else None,
+        "model": context.model,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "cost_usd": context.cost_usd,
+        "status": context.status,
+        "latency_ms": latency_ms(context),
+        "streamed": context.stream,
+        "tags": request_tags(context, allowlist),
     }
 
 
@@ -135,8 +162,9 @@ def _group_by(query: dict[str, str], scope_dims: list[str]) -> tuple[str, ...]:
     allowed = {*GROUP_COLUMNS, "day", *(f"dim.{dimension}" for dimension in scope_dims)}
     unknown = [key for key in keys if key not in allowed]
     if unknown or len(set(keys)) != len(keys):
-        raise GatewayError(ErrorCode.INVALID_REQUEST, f"`group_by` takes distinct keys among {sorted(allowed)}; "
-                                                      f"got {list(keys)}")
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"`group_by` takes distinct keys among {sorted(allowed)}; got {list(keys)}"
+        )
     return keys
 
 
@@ -146,13 +174,17 @@ def ledger_query(query: dict[str, str], config: GatewayConfig) -> LedgerQuery:
     unknown = sorted(set(query) - QUERY_PARAMETERS - {f"dim.{dimension}" for dimension in dimensions})
     undeclared = sorted(set(dimensions) - set(config.identity.scope_dims))
     if unknown or undeclared:
-        raise GatewayError(ErrorCode.INVALID_REQUEST, f"unknown parameters {unknown or undeclared}: use `from`, "
-                                                      "`to`, `group_by` and `dim.<declared scope dimension>`")
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST,
+            f"unknown parameters {unknown or undeclared}: use `from`, "
+            "`to`, `group_by` and `dim.<declared scope dimension>`",
+        )
     start, end = _instant(query, "from"), _instant(query, "to")
     if start is not None and end is not None and start >= end:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "`from` must be before `to`")
-    return LedgerQuery(start, end, _group_by(query, config.identity.scope_dims), dimensions,
-                       config.spend.budget_timezone)
+    return LedgerQuery(
+        start, end, _group_by(query, config.identity.scope_dims), dimensions, config.spend.budget_timezone
+    )
 
 
 async def query_usage(config: GatewayConfig, stages: list[Stage], query: dict[str, str]) -> dict[str, Any]:
@@ -167,6 +199,7 @@ async def query_usage(config: GatewayConfig, stages: list[Stage], query: dict[st
         async with asyncio.timeout(ledger.options.query_timeout_ms / 1000 + ledger.options.connect_timeout_ms / 1000):
             groups = await ledger.query(parsed)
     except (TimeoutError, SinkError) as error:
-        raise GatewayError(ErrorCode.USAGE_QUERY_UNAVAILABLE, f"the usage ledger cannot be read now: "
-                                                              f"{type(error).__name__}") from None
+        raise GatewayError(
+            ErrorCode.USAGE_QUERY_UNAVAILABLE, f"the usage ledger cannot be read now: {type(error).__name__}"
+        ) from None
     return {"from": query.get("from"), "to": query.get("to"), "group_by": list(parsed.group_by), "groups": groups}

@@ -29,8 +29,13 @@ from gatewayproxy.store.document import EntryKey, EntryMissing, plugin_slots_nam
 from gatewayproxy.vaults.resolvers import read_token_file
 
 # Admin path segment -> document collection.
-WRITABLE_COLLECTIONS = {"destinations": "destinations", "routes": "routes", "rate_limits": "rate_limits",
-                        "vaults": "vaults", "config/plugins": "plugins"}
+WRITABLE_COLLECTIONS = {
+    "destinations": "destinations",
+    "routes": "routes",
+    "rate_limits": "rate_limits",
+    "vaults": "vaults",
+    "config/plugins": "plugins",
+}
 METRICS_CONTENT = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
 Route = Callable[[Request], Awaitable[Response]]
 
@@ -201,8 +206,9 @@ class AdminPlane:
 
     async def _destinations(self, request: Request) -> Response:
         destinations = self.runtime.state.config.destinations
-        return _json({"data": [{"name": name, **public_view(destination)} for name, destination in
-                               destinations.items()]})
+        return _json(
+            {"data": [{"name": name, **public_view(destination)} for name, destination in destinations.items()]}
+        )
 
     async def _list_routes(self, request: Request) -> Response:
         return _json({"data": [public_view(route) for route in self.runtime.state.config.routes]})
@@ -215,8 +221,10 @@ class AdminPlane:
             if instance is not None:
                 rows.append({"slot": slot, "name": instance.name, "kind": instance.kind, "status": "configured"})
         for slot in LIST_SLOTS:
-            rows += [{"slot": slot, "name": instance.name, "kind": instance.kind, "status": "configured"}
-                     for instance in getattr(plugins, slot)]
+            rows += [
+                {"slot": slot, "name": instance.name, "kind": instance.kind, "status": "configured"}
+                for instance in getattr(plugins, slot)
+            ]
         return rows
 
     async def _plugin_health(self, request: Request) -> Response:

@@ -46,14 +46,26 @@ ENDPOINTS = {
 }
 MCP_PATHS = ("/v1/mcp", "/v1/mcp/sse", "/mcp")
 # Parameters with which other proxies let a client pick the upstream; here the config alone decides.
-UPSTREAM_CHOOSING_KEYS = frozenset({"api_base", "base_url", "api_url", "azure_endpoint", "endpoint_url",
-                                    "custom_llm_provider", "api_key", "extra_headers", "extra_query"})
+UPSTREAM_CHOOSING_KEYS = frozenset(
+    {
+        "api_base",
+        "base_url",
+        "api_url",
+        "azure_endpoint",
+        "endpoint_url",
+        "custom_llm_provider",
+        "api_key",
+        "extra_headers",
+        "extra_query",
+    }
+)
 
 
 def _is_agent_session_path(path: str) -> bool:
     parts = path.split("/")
-    return path == "/v1/agent/sessions" or (len(parts) == 6 and path.startswith("/v1/agent/sessions/")
-                                            and parts[5] == "steps" and bool(parts[4]))
+    return path == "/v1/agent/sessions" or (
+        len(parts) == 6 and path.startswith("/v1/agent/sessions/") and parts[5] == "steps" and bool(parts[4])
+    )
 
 
 def parse_body(request: Request) -> dict:
@@ -66,8 +78,9 @@ def parse_body(request: Request) -> dict:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "the request body must be a JSON object")
     chosen = sorted(UPSTREAM_CHOOSING_KEYS.intersection(body))
     if chosen:
-        raise GatewayError(ErrorCode.INVALID_REQUEST, f"`{chosen[0]}` is not accepted: the gateway chooses the "
-                                                      "upstream")
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"`{chosen[0]}` is not accepted: the gateway chooses the upstream"
+        )
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "`model` is required")
     return body
@@ -87,10 +100,15 @@ class DataPlane:
         if endpoint is None:
             return await self._other(request)
         if request.method != "POST":
-            return self._error(endpoint.protocol,
-                               GatewayError(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here"))
-        return await self._run(RequestContext(request=request, operation=endpoint.operation,
-                                              protocol=endpoint.protocol, state=self.runtime.state), self._serve)
+            return self._error(
+                endpoint.protocol, GatewayError(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here")
+            )
+        return await self._run(
+            RequestContext(
+                request=request, operation=endpoint.operation, protocol=endpoint.protocol, state=self.runtime.state
+            ),
+            self._serve,
+        )
 
     async def _run(self, context: RequestContext, serve: Serve) -> Response:
         """Serve a request, answering any failure in the protocol of its path, and account for it."""
@@ -119,8 +137,7 @@ class DataPlane:
         context.body = parse_body(context.request)
         route = state.router.match(context)
         if route is None:
-            raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves model {context.model!r} on "
-                                                   f"{context.request.path}")
+            raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves model {context.model!r} on {context.request.path}")
         context.route = route.name
         context.plan = plan = route.plan(context)
         await state.runner.admit(context)
@@ -154,20 +171,23 @@ class DataPlane:
                 return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "use GET"))
             return await self._models(request)
         if _is_agent_session_path(request.path):
-            return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED,
-                                                               "agent sessions are not implemented"))
+            return self._error(
+                Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED, "agent sessions are not implemented")
+            )
         if request.path in MCP_PATHS:
             return await self._mcp_request(request)
         if request.path.startswith(NATIVE_PREFIX):
-            context = RequestContext(request=request, operation=Operation.NATIVE, protocol=Protocol.VENDOR_A,
-                                     state=self.runtime.state)
+            context = RequestContext(
+                request=request, operation=Operation.NATIVE, protocol=Protocol.VENDOR_A, state=self.runtime.state
+            )
             return await self._run(context, self.native.serve)
         return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_FOUND, f"no endpoint {request.path}"))
 
     async def _mcp_request(self, request: Request) -> Response:
         """MCP traffic; the deprecated `/mcp` alias says so in a `Deprecation` header."""
-        context = RequestContext(request=request, operation=Operation.MCP, protocol=Protocol.JSONRPC,
-                                 state=self.runtime.state)
+        context = RequestContext(
+            request=request, operation=Operation.MCP, protocol=Protocol.JSONRPC, state=self.runtime.state
+        )
         serve = self.mcp_sse.serve if request.path == SSE_PATH else self.mcp.serve
         response = await self._run(context, serve)
         if request.path == DEPRECATED_MCP_PATH:
@@ -179,6 +199,7 @@ class DataPlane:
             await self.runtime.state.identity.authenticate(request.headers)
         except GatewayError as error:
             return self._error(Protocol.VENDOR_A, error)
-        data = [{"id": model, "object": "model", "created": 0, "owned_by": "gateway"}
-                for model in self.runtime.state.models]
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "gateway"} for model in self.runtime.state.models
+        ]
         return Response(200, JSON_CONTENT, orjson.dumps({"object": "list", "data": data}))

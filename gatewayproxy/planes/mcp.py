@@ -38,7 +38,6 @@ METHODS = ("POST", "GET", "DELETE")
 MAX_SESSIONS = 100_000
 
 
-
 def jsonrpc_id(body: bytes) -> Any:
     """The `id` of a JSON-RPC request body, for the error that answers it (None when there is none)."""
     try:
@@ -78,8 +77,11 @@ def tool_result_text(content_type: bytes, body: bytes, rpc_id: Any) -> str:
             continue
         if isinstance(message, dict) and message.get("id") == rpc_id and isinstance(message.get("result"), dict):
             result = message["result"]
-            texts = [item["text"] for item in result.get("content") or []
-                     if isinstance(item, dict) and isinstance(item.get("text"), str)]
+            texts = [
+                item["text"]
+                for item in result.get("content") or []
+                if isinstance(item, dict) and isinstance(item.get("text"), str)
+            ]
             if result.get("structuredContent") is not None:
                 texts.append(orjson.dumps(result["structuredContent"]).decode())
             return "\n".join(texts)

@@ -38,6 +38,7 @@ class Resolved:
 
 def resolver_url(resolver: DestinationResolver, server: str, scope: Mapping[str, str]) -> str:
     """The resolver URL for `server`; a scope dimension the principal lacks is refused."""
+
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
         if name == "server":
@@ -54,8 +55,9 @@ def requested_server(headers: Mapping[str, str]) -> str:
     """The server the client names; only a plain name is accepted, never a URL."""
     server = headers.get(SERVER_HEADER, "")
     if not _SERVER_NAME.fullmatch(server):
-        raise GatewayError(ErrorCode.INVALID_REQUEST, f"name the MCP server in `{SERVER_HEADER}` "
-                                                      "(letters, digits, '.', '_' and '-')")
+        raise GatewayError(
+            ErrorCode.INVALID_REQUEST, f"name the MCP server in `{SERVER_HEADER}` (letters, digits, '.', '_' and '-')"
+        )
     return server
 
 
@@ -77,8 +79,9 @@ class McpResolver:
         self._fetch = fetcher(pool)
         self._cache: OrderedDict[str, tuple[float, Resolved]] = OrderedDict()
 
-    async def concrete(self, destination: Destination, headers: Mapping[str, str],
-                       scope: Mapping[str, str]) -> Destination:
+    async def concrete(
+        self, destination: Destination, headers: Mapping[str, str], scope: Mapping[str, str]
+    ) -> Destination:
         """`destination` itself when static; else the resolved server's destination."""
         resolver = destination.destination_resolver
         if resolver is None:
@@ -87,8 +90,14 @@ class McpResolver:
         credentials = destination.credentials
         if resolved.credential_id:
             credentials = credentials.model_copy(update={"credential_id": resolved.credential_id})
-        return destination.model_copy(update={"base_url": resolved.base_url, "url": None,
-                                              "destination_resolver": None, "credentials": credentials})
+        return destination.model_copy(
+            update={
+                "base_url": resolved.base_url,
+                "url": None,
+                "destination_resolver": None,
+                "credentials": credentials,
+            }
+        )
 
     async def _lookup(self, resolver: DestinationResolver, url: str) -> Resolved:
         cached = self._cache.get(url)

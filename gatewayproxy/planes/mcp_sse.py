@@ -113,8 +113,9 @@ class SseBridge:
         except GatewayError as error:
             context.error_code = error.code.value
             rpc_id = jsonrpc_id(context.request.body)
-            messages = [orjson.dumps(error_body(Protocol.JSONRPC, error.code.value, error.message, error.status,
-                                                rpc_id))]
+            messages = [
+                orjson.dumps(error_body(Protocol.JSONRPC, error.code.value, error.message, error.status, rpc_id))
+            ]
         for message in messages:
             session.outgoing.put_nowait(encode_event(message, "message"))
         return Response(202, [(b"content-type", b"text/plain")], b"Accepted")

@@ -76,19 +76,28 @@ class CompiledRule:
         self.label = rule.name or f"rules[{index}]"
         self.principal = compile_glob(rule.principal)
         self.scope = {dim: compile_glob(value) for dim, value in rule.scope.items()}
-        self.allowed = {"route": _any_glob(rule.routes), "model": _any_glob(rule.models),
-                        "path": _any_glob(rule.paths), "tool": _any_glob(rule.mcp_tools)}
+        self.allowed = {
+            "route": _any_glob(rule.routes),
+            "model": _any_glob(rule.models),
+            "path": _any_glob(rule.paths),
+            "tool": _any_glob(rule.mcp_tools),
+        }
 
     def applies(self, facts: dict[str, Any]) -> bool:
         """Whether the rule is about this caller."""
         scope = facts["scope"]
         return self.principal(facts["principal"]) and all(
-            dim in scope and glob(scope[dim]) for dim, glob in self.scope.items())
+            dim in scope and glob(scope[dim]) for dim, glob in self.scope.items()
+        )
 
     def refusal(self, facts: dict[str, Any]) -> str | None:
         """What the rule does not allow in this request, or None."""
-        values = {"route": facts["route"], "model": facts["model"], "path": facts["path"],
-                  "tool": (facts.get("mcp") or {}).get("tool")}
+        values = {
+            "route": facts["route"],
+            "model": facts["model"],
+            "path": facts["path"],
+            "tool": (facts.get("mcp") or {}).get("tool"),
+        }
         for field, globs in self.allowed.items():
             value = values[field]
             # A fact the request does not have (no model on MCP, no tool outside tools/call) is not restricted.
@@ -112,8 +121,9 @@ def load_acl(path: str, key: str) -> list[CompiledRule]:
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError([f"{key}.file: cannot read {path}: {error}"]) from None
     except ValidationError as error:
-        raise ConfigError([f"{key}.file: {'.'.join(map(str, item['loc']))}: {item['msg']}"
-                           for item in error.errors()]) from None
+        raise ConfigError(
+            [f"{key}.file: {'.'.join(map(str, item['loc']))}: {item['msg']}" for item in error.errors()]
+        ) from None
     return [CompiledRule(rule, index) for index, rule in enumerate(rules)]
 
 
@@ -154,8 +164,9 @@ class OpaHttp(Authorizer):
         self.pool = deps.pool
 
     async def decide(self, facts: dict[str, Any]) -> Decision:
-        answer = await post_json(self.pool, self.endpoint, {"input": facts}, self.options.timeout_ms / 1000,
-                                 self.options.bearer_token_file)
+        answer = await post_json(
+            self.pool, self.endpoint, {"input": facts}, self.options.timeout_ms / 1000, self.options.bearer_token_file
+        )
         if not isinstance(answer, dict):
             raise BackendError("OPA answered something other than an object")
         result = answer.get("result")
@@ -183,8 +194,9 @@ class ExtProcAuthorizer(Authorizer):
         self.pool = deps.pool
 
     async def decide(self, facts: dict[str, Any]) -> Decision:
-        answer = await post_json(self.pool, self.options.url, facts, self.options.timeout_ms / 1000,
-                                 self.options.bearer_token_file)
+        answer = await post_json(
+            self.pool, self.options.url, facts, self.options.timeout_ms / 1000, self.options.bearer_token_file
+        )
         if not isinstance(answer, dict) or not isinstance(answer.get("allow"), bool):
             raise BackendError("the processor's answer has no boolean `allow`")
         return Decision(answer["allow"], str(answer.get("reason") or ""))

@@ -27,10 +27,12 @@ PRICE_FIELDS = tuple(Pricing.model_fields)
 SEED_TABLE: dict[str, Pricing] = {
     "gpt-4o": Pricing(input_per_1m=2.5, output_per_1m=10.0, cache_read_per_1m=1.25),
     "gpt-4o-mini": Pricing(input_per_1m=0.15, output_per_1m=0.6, cache_read_per_1m=0.075),
-    "claude-sonnet": Pricing(input_per_1m=3.0, output_per_1m=15.0, cache_read_per_1m=0.3, cache_write_per_1m=3.75,
-                             cache_write_1h_per_1m=6.0),
-    "claude-haiku-4-5": Pricing(input_per_1m=1.0, output_per_1m=5.0, cache_read_per_1m=0.1, cache_write_per_1m=1.25,
-                                cache_write_1h_per_1m=2.0),
+    "claude-sonnet": Pricing(
+        input_per_1m=3.0, output_per_1m=15.0, cache_read_per_1m=0.3, cache_write_per_1m=3.75, cache_write_1h_per_1m=6.0
+    ),
+    "claude-haiku-4-5": Pricing(
+        input_per_1m=1.0, output_per_1m=5.0, cache_read_per_1m=0.1, cache_write_per_1m=1.25, cache_write_1h_per_1m=2.0
+    ),
 }
 PriceTable = dict[str, Pricing]
 Found = tuple[Pricing, str]
@@ -222,8 +224,12 @@ class RegistryModel(RefreshingModel):
         rows = document.get("data") if isinstance(document, Mapping) else None
         if not isinstance(rows, list):
             raise ValueError("the registry answered no `data` list")
-        return {table_key(row.get("provider"), str(row["model"])):
-                Pricing.model_validate({field: row.get(field) for field in PRICE_FIELDS}) for row in rows}
+        return {
+            table_key(row.get("provider"), str(row["model"])): Pricing.model_validate(
+                {field: row.get(field) for field in PRICE_FIELDS}
+            )
+            for row in rows
+        }
 
 
 class LayeredModel(CostModel):
@@ -282,22 +288,32 @@ def _registry(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | 
 
 def _layered(key: str, instance: PluginInstance, fetch: Fetch, base_dir: str | None) -> CostModel:
     options = plugin_options(LayeredOptions, instance, key, base_dir)
-    return LayeredModel(instance.name, [build_cost_model(layer, fetch, f"{key}.layers[{index}]", base_dir)
-                                        for index, layer in enumerate(options.layers)])
+    return LayeredModel(
+        instance.name,
+        [
+            build_cost_model(layer, fetch, f"{key}.layers[{index}]", base_dir)
+            for index, layer in enumerate(options.layers)
+        ],
+    )
 
 
 BUILDERS: dict[str, Callable[[str, PluginInstance, Fetch, str | None], CostModel]] = {
-    "seed": _seed, "static_table": _static_table,
-    "http_refresh": _http_refresh, "registry": _registry, "layered": _layered,
+    "seed": _seed,
+    "static_table": _static_table,
+    "http_refresh": _http_refresh,
+    "registry": _registry,
+    "layered": _layered,
 }
 
 
-def build_cost_model(instance: PluginInstance, fetch: Fetch, key: str = "plugins.cost_model",
-                     base_dir: str | None = None) -> CostModel:
+def build_cost_model(
+    instance: PluginInstance, fetch: Fetch, key: str = "plugins.cost_model", base_dir: str | None = None
+) -> CostModel:
     """The cost model of a plugin instance (relative paths against `base_dir`, the config file's directory);
     raises `ConfigError` naming the key of a bad option."""
     builder = BUILDERS.get(instance.kind)
     if builder is None:
-        raise ConfigError([f"{key}.kind: unsupported cost model kind {instance.kind!r}; "
-                           f"available kinds: {', '.join(BUILDERS)}"])
+        raise ConfigError(
+            [f"{key}.kind: unsupported cost model kind {instance.kind!r}; available kinds: {', '.join(BUILDERS)}"]
+        )
     return builder(key, instance, fetch, base_dir)

@@ -36,8 +36,7 @@ class BackendError(Exception):
         self.status = status
 
 
-def plugin_options(model: type[Options], instance: PluginInstance, key: str,
-                   base_dir: str | None = None) -> Options:
+def plugin_options(model: type[Options], instance: PluginInstance, key: str, base_dir: str | None = None) -> Options:
     """`instance`'s kind-specific settings validated by `model`; a bad one raises `ConfigError` naming its key
     (`key` is the instance's place in the document, e.g. `plugins.guardrails[0]`). Relative paths are resolved
     against `base_dir`, the config file's directory."""
@@ -60,8 +59,9 @@ def read_token(path: str) -> str:
         raise BackendError(f"cannot read the bearer token file: {error.strerror}") from None
 
 
-async def post_json(pool: UpstreamPool, url: str, document: Any, timeout_seconds: float,
-                    token_file: str | None = None) -> Any:
+async def post_json(
+    pool: UpstreamPool, url: str, document: Any, timeout_seconds: float, token_file: str | None = None
+) -> Any:
     """POST `document` to `url` and return the JSON answer of a 2xx; anything else raises `BackendError`."""
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -70,8 +70,7 @@ async def post_json(pool: UpstreamPool, url: str, document: Any, timeout_seconds
         headers.append((b"authorization", b"Bearer " + read_token(token_file).encode()))
     try:
         async with asyncio.timeout(timeout_seconds):
-            response = await pool.request(Origin.parse(url), b"POST", target.encode(), headers,
-                                          orjson.dumps(document))
+            response = await pool.request(Origin.parse(url), b"POST", target.encode(), headers, orjson.dumps(document))
             body = await response.read()
     except TimeoutError:
         raise BackendError(f"no answer within {timeout_seconds * 1000:.0f} ms") from None

@@ -33,7 +33,7 @@ BUILTIN_PATTERNS: dict[str, str] = {
     # Common provider and platform key shapes: `sk-`/`pk-`/`rk-` secrets, cloud access key ids, repository and
     # chat tokens, cloud API keys.
     "api_key": r"\b(?:(?:sk|pk|rk)[-_][A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{36}"
-               r"|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})\b",
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})\b",
 }
 DEFAULT_EVALUATOR_INSTRUCTIONS = (
     "You are a content safety classifier for an AI gateway. Decide whether the text below may pass. "
@@ -134,8 +134,9 @@ class PiiRegex(Guardrail):
         for name, pattern, extra_check in self.patterns:
             replacement = self.replacement.format(name=name)
 
-            def replace(match: re.Match[str], check: Callable[[str], bool] | None = extra_check,
-                        value: str = replacement) -> str:
+            def replace(
+                match: re.Match[str], check: Callable[[str], bool] | None = extra_check, value: str = replacement
+            ) -> str:
                 return value if check is None or check(match.group()) else match.group()
 
             text = pattern.sub(replace, text)
@@ -159,7 +160,7 @@ def parse_verdict(answer: str) -> Verdict:
     start, end = answer.find("{"), answer.rfind("}")
     if 0 <= start < end:
         try:
-            document = orjson.loads(answer[start:end + 1])
+            document = orjson.loads(answer[start : end + 1])
         except orjson.JSONDecodeError:
             document = None
         if isinstance(document, dict) and isinstance(document.get("allowed"), bool):
@@ -185,15 +186,19 @@ class LlmEvaluator(Guardrail):
     async def check(self, phase: Phase, text: str, context: RequestContext) -> Verdict:
         try:
             async with asyncio.timeout(self.options.timeout_ms / 1000):
-                answer = await self._ask(phase, text[-self.options.max_chars:], context)
+                answer = await self._ask(phase, text[-self.options.max_chars :], context)
         except TimeoutError:
             raise BackendError(f"the evaluator did not answer within {self.options.timeout_ms} ms") from None
         return parse_verdict(answer)
 
     async def _ask(self, phase: Phase, text: str, context: RequestContext) -> str:
-        body = {"model": self.options.model,
-                "messages": [{"role": "system", "content": self.options.instructions},
-                             {"role": "user", "content": f"Phase: {phase}\nText:\n{text}"}]}
+        body = {
+            "model": self.options.model,
+            "messages": [
+                {"role": "system", "content": self.options.instructions},
+                {"role": "user", "content": f"Phase: {phase}\nText:\n{text}"},
+            ],
+        }
         return await self.ask_model(context, body)
 
 
@@ -217,10 +222,17 @@ class ExtProcGuardrail(Guardrail):
         self.pool = deps.pool
 
     async def check(self, phase: Phase, text: str, context: RequestContext) -> Verdict:
-        document = {"phase": phase, "text": text, "request_id": context.request.request_id,
-                    "principal": context.principal.id, "route": context.route, "model": context.model}
-        answer = await post_json(self.pool, self.options.url, document, self.options.timeout_ms / 1000,
-                                 self.options.bearer_token_file)
+        document = {
+            "phase": phase,
+            "text": text,
+            "request_id": context.request.request_id,
+            "principal": context.principal.id,
+            "route": context.route,
+            "model": context.model,
+        }
+        answer = await post_json(
+            self.pool, self.options.url, document, self.options.timeout_ms / 1000, self.options.bearer_token_file
+        )
         action = answer.get("action") if isinstance(answer, dict) else None
         if action not in ("allow", "block"):
             raise BackendError("the processor's answer has no `action` of allow or block")
@@ -232,6 +244,5 @@ def build_guardrail(instance: PluginInstance, key: str, deps: PluginDeps) -> Gua
     if instance.kind == "pii_regex":
         return PiiRegex(instance, plugin_options(PiiRegexOptions, instance, key, deps.base_dir))
     if instance.kind == "llm_evaluator":
-        return LlmEvaluator(instance, plugin_options(LlmEvaluatorOptions, instance, key, deps.base_dir),
-                            deps.ask_model)
+        return LlmEvaluator(instance, plugin_options(LlmEvaluatorOptions, instance, key, deps.base_dir), deps.ask_model)
     return ExtProcGuardrail(instance, plugin_options(ExtProcOptions, instance, key, deps.base_dir), deps)

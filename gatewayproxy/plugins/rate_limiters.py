@@ -147,8 +147,13 @@ class LocalStore:
         verdicts = [self._verdict(charge, now) for charge in charges]
         refused = [index for index, (_, wait) in enumerate(verdicts) if wait > 0]
         if refused:
-            return Decision(False, max(wait for _, wait in verdicts), tuple(headroom for headroom, _ in verdicts),
-                            self, denied=refused[0])
+            return Decision(
+                False,
+                max(wait for _, wait in verdicts),
+                tuple(headroom for headroom, _ in verdicts),
+                self,
+                denied=refused[0],
+            )
         for charge in charges:
             self._take(charge, charge.amount, now)
         self._prune(now)
@@ -176,15 +181,24 @@ class LimiterMetrics:
     """The limiter's health metrics (registered once per process)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.degraded = Gauge("gateway_rate_limiter_degraded",
-                              "1 while the shared limiter store is unreachable and a local fallback counts.",
-                              ["limiter"], registry=registry)
-        self.fallback_decisions = Counter("gateway_rate_limiter_fallback_decisions",
-                                          "Admissions decided by the local fallback limiter.", ["limiter"],
-                                          registry=registry)
-        self.unavailable = Counter("gateway_rate_limiter_unavailable",
-                                   "Requests refused because the shared limiter store was unreachable.",
-                                   ["limiter"], registry=registry)
+        self.degraded = Gauge(
+            "gateway_rate_limiter_degraded",
+            "1 while the shared limiter store is unreachable and a local fallback counts.",
+            ["limiter"],
+            registry=registry,
+        )
+        self.fallback_decisions = Counter(
+            "gateway_rate_limiter_fallback_decisions",
+            "Admissions decided by the local fallback limiter.",
+            ["limiter"],
+            registry=registry,
+        )
+        self.unavailable = Counter(
+            "gateway_rate_limiter_unavailable",
+            "Requests refused because the shared limiter store was unreachable.",
+            ["limiter"],
+            registry=registry,
+        )
 
 
 class Outage:
@@ -214,14 +228,20 @@ class Outage:
         if self.down_since is None:
             self.down_since = now
             self.metrics.degraded.labels(self.name).set(1)
-            logger.warning("rate limiter %s: redis is unreachable (%s); failing over until it answers again",
-                           self.name, type(error).__name__)
+            logger.warning(
+                "rate limiter %s: redis is unreachable (%s); failing over until it answers again",
+                self.name,
+                type(error).__name__,
+            )
 
     def recovered(self) -> None:
         """The store answered again."""
         if self.down_since is not None:
-            logger.warning("rate limiter %s: redis answers again after %.1f s; back to shared limits", self.name,
-                           time.monotonic() - self.down_since)
+            logger.warning(
+                "rate limiter %s: redis answers again after %.1f s; back to shared limits",
+                self.name,
+                time.monotonic() - self.down_since,
+            )
             self.down_since = None
             self.metrics.degraded.labels(self.name).set(0)
 
@@ -229,8 +249,9 @@ class Outage:
 class RedisWindowStore:
     """Sliding windows and budget counters in Redis; one Lua call per acquisition or adjustment."""
 
-    def __init__(self, name: str, options: RedisWindowOptions, failure_mode: str, fallback: LocalStore,
-                 metrics: LimiterMetrics) -> None:
+    def __init__(
+        self, name: str, options: RedisWindowOptions, failure_mode: str, fallback: LocalStore, metrics: LimiterMetrics
+    ) -> None:
         self.name = name
         self.prefix = options.key_prefix
         self.deny_when_down = failure_mode == "deny"
@@ -246,17 +267,22 @@ class RedisWindowStore:
         # A bursty caller waits for a free connection instead of failing over. A down Redis refuses connections
         # at once; the longer connect timeout only keeps a burst of new connections from looking like an outage.
         pool = redis.BlockingConnectionPool.from_url(
-            options.url, max_connections=options.max_connections, timeout=None,
-            socket_timeout=options.timeout_ms / 1000, socket_connect_timeout=options.connect_timeout_ms / 1000,
-            retry=Retry(NoBackoff(), 0))
+            options.url,
+            max_connections=options.max_connections,
+            timeout=None,
+            socket_timeout=options.timeout_ms / 1000,
+            socket_connect_timeout=options.connect_timeout_ms / 1000,
+            retry=Retry(NoBackoff(), 0),
+        )
         self.client = redis.Redis.from_pool(pool)
         self.script = self.client.register_script(SCRIPT)
         self.outage = Outage(name, options.retry_interval_ms / 1000, metrics)
         self._settlements: list[tuple[Charge, int, int]] = []
         self._settling: asyncio.Task[None] | None = None
 
-    async def _call(self, mode: str, charges: Sequence[Charge], amounts: Sequence[int],
-                    fourth: Sequence[int]) -> list[int]:
+    async def _call(
+        self, mode: str, charges: Sequence[Charge], amounts: Sequence[int], fourth: Sequence[int]
+    ) -> list[int]:
         """One script call; `fourth` is each charge's `resets_in_ms` (acquire) or the stamp it was counted at
         (adjust)."""
         args: list[int | str] = [mode]
@@ -270,8 +296,12 @@ class RedisWindowStore:
     async def acquire(self, charges: Sequence[Charge]) -> Decision:
         if self.outage.should_try():
             try:
-                result = await self._call("acquire", charges, [charge.amount for charge in charges],
-                                          [charge.resets_in_ms for charge in charges])
+                result = await self._call(
+                    "acquire",
+                    charges,
+                    [charge.amount for charge in charges],
+                    [charge.resets_in_ms for charge in charges],
+                )
             except self.failures as error:
                 self.outage.failed(error)
             else:
@@ -302,7 +332,7 @@ class RedisWindowStore:
             merged[(charge.key, slot)] = (charge, total + delta, stamp)
         settled = [entry for entry in merged.values() if entry[1]]
         for start in range(0, len(settled), SETTLE_BATCH):
-            batch = settled[start:start + SETTLE_BATCH]
+            batch = settled[start : start + SETTLE_BATCH]
             try:
                 await self._call("adjust", *map(list, zip(*batch, strict=True)))
             except self.failures as error:
@@ -315,8 +345,9 @@ class RedisWindowStore:
         await self.client.aclose()
 
 
-def build_store(instance: PluginInstance | None, local: LocalStore, fallback: LocalStore,
-                metrics: LimiterMetrics) -> LocalStore | RedisWindowStore:
+def build_store(
+    instance: PluginInstance | None, local: LocalStore, fallback: LocalStore, metrics: LimiterMetrics
+) -> LocalStore | RedisWindowStore:
     """The counter store of the `rate_limiter` slot (none configured: `token_bucket_local`); raises
     `ConfigError` naming the key of a bad option."""
     if instance is None or canonical_kind("rate_limiter", instance.kind) == "token_bucket_local":

@@ -68,8 +68,13 @@ def _rule(entry: Any, index: int) -> Rule | None:
     config = entry.get("config") or {}
     if not isinstance(config, dict):
         raise BundleError(f"guardrails[{index}].config must be an object")
-    return Rule(name=str(entry.get("name") or f"guardrail-{index}"), guardrail_type=entry["guardrail_type"],
-                config=config, phases=tuple(entry.get("phases") or ()), action=str(entry.get("action") or "deny"))
+    return Rule(
+        name=str(entry.get("name") or f"guardrail-{index}"),
+        guardrail_type=entry["guardrail_type"],
+        config=config,
+        phases=tuple(entry.get("phases") or ()),
+        action=str(entry.get("action") or "deny"),
+    )
 
 
 def parse_bundle(document: Any) -> Bundle:
@@ -81,15 +86,26 @@ def parse_bundle(document: Any) -> Bundle:
         raise BundleError("`version` must be an integer")
     issued_at = _time(document.get("issued_at"), "issued_at") or datetime.fromtimestamp(0, UTC)
     rules = tuple(rule for index, entry in enumerate(document["guardrails"]) if (rule := _rule(entry, index)))
-    return Bundle(version=version, issued_at=issued_at, expires_at=_time(document.get("expires_at"), "expires_at"),
-                  rules=rules, document=document)
+    return Bundle(
+        version=version,
+        issued_at=issued_at,
+        expires_at=_time(document.get("expires_at"), "expires_at"),
+        rules=rules,
+        document=document,
+    )
 
 
 def allow_all_bundle() -> Bundle:
     """What `on_backend_error: allow` substitutes: no rules, never expiring."""
     now = datetime.now(UTC)
-    document = {"type": "guardrail_bundle", "version": 0, "issued_at": now.isoformat(), "expires_at": None,
-                "guardrails": [], "allow_all": True}
+    document = {
+        "type": "guardrail_bundle",
+        "version": 0,
+        "issued_at": now.isoformat(),
+        "expires_at": None,
+        "guardrails": [],
+        "allow_all": True,
+    }
     return Bundle(version=0, issued_at=now, expires_at=None, rules=(), document=document)
 
 
@@ -106,8 +122,9 @@ def verify_signed(token: bytes, keys: list[Any]) -> dict[str, Any]:
     """The payload of a compact ES256 JWS that one of `keys` signed; raises `BundleError` otherwise."""
     for key in keys:
         try:
-            payload: dict[str, Any] = jwt.decode(token, key=key, algorithms=SIGNATURE_ALGORITHMS,
-                                                 options={"verify_exp": False, "verify_aud": False})
+            payload: dict[str, Any] = jwt.decode(
+                token, key=key, algorithms=SIGNATURE_ALGORITHMS, options={"verify_exp": False, "verify_aud": False}
+            )
             return payload
         except jwt.InvalidSignatureError:
             continue

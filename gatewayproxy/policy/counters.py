@@ -40,8 +40,10 @@ class Tally:
 
     def keys(self, ttls: GuardrailState) -> list[tuple[str, int]]:
         """Every counter key this request feeds, with its TTL in seconds."""
-        keys = [(f"subject-day:{self.subject}:{self.day}", ttls.subject_day_ttl_secs),
-                (f"subject-minute:{self.subject}:{self.minute}", ttls.subject_minute_ttl_secs)]
+        keys = [
+            (f"subject-day:{self.subject}:{self.day}", ttls.subject_day_ttl_secs),
+            (f"subject-minute:{self.subject}:{self.minute}", ttls.subject_minute_ttl_secs),
+        ]
         if self.session is not None:
             keys.append((session_key(self.session), ttls.session_ttl_secs))
             if self.turn:
@@ -195,8 +197,10 @@ class StateWriteBack:
 
     def url(self, session: Session) -> str:
         """The registry's guardrail-state endpoint of a session."""
-        return (f"{self.root}/internal/v1/workspaces/{quote(session.workspace, safe='')}/sessions/"
-                f"{quote(session.session, safe='')}/guardrail-state")
+        return (
+            f"{self.root}/internal/v1/workspaces/{quote(session.workspace, safe='')}/sessions/"
+            f"{quote(session.session, safe='')}/guardrail-state"
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -237,7 +241,8 @@ class StateWriteBack:
         for session, totals in batch.items():
             document = {"gateway_usage": totals, "updated_at": updated_at}
             try:
-                await post_json(self.pool, self.url(session), document, self.source.timeout_ms / 1000,
-                                self.source.bearer_token_file)
+                await post_json(
+                    self.pool, self.url(session), document, self.source.timeout_ms / 1000, self.source.bearer_token_file
+                )
             except BackendError as error:
                 logger.error("guardrail state write-back for session %s failed: %s", session.session, error)

@@ -115,8 +115,9 @@ class RegistrySource:
     `cache_ttl_secs`; a failed fetch reuses a stale bundle, else follows `on_backend_error`, and is not retried
     for `retry_after` seconds."""
 
-    def __init__(self, source: GuardrailSource, fetch: Fetch, cache: OrderedDict[Session, CachedBundle],
-                 retry_after: float) -> None:
+    def __init__(
+        self, source: GuardrailSource, fetch: Fetch, cache: OrderedDict[Session, CachedBundle], retry_after: float
+    ) -> None:
         assert source.base_url is not None and source.bearer_token_file is not None
         self.source = source
         self.url = source.base_url.rstrip("/") + source.registry_endpoint

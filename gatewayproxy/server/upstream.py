@@ -104,8 +104,13 @@ class _UpstreamProtocol(asyncio.Protocol):
     @property
     def usable(self) -> bool:
         """Idle, open and kept alive by the upstream."""
-        return (self.transport is not None and not self.transport.is_closing() and self.error is None
-                and not self.busy and self.keep_alive)
+        return (
+            self.transport is not None
+            and not self.transport.is_closing()
+            and self.error is None
+            and not self.busy
+            and self.keep_alive
+        )
 
     def start(self, data: bytes) -> asyncio.Future[ResponseHead]:
         """Send a serialized request; the returned future resolves with the response head."""
@@ -258,8 +263,9 @@ class UpstreamPool:
         tls = self._tls() if origin.scheme == "https" else None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-                _, protocol = await loop.create_connection(_UpstreamProtocol, origin.host, origin.port, ssl=tls,
-                                                           server_hostname=origin.host if tls else None)
+                _, protocol = await loop.create_connection(
+                    _UpstreamProtocol, origin.host, origin.port, ssl=tls, server_hostname=origin.host if tls else None
+                )
         except (OSError, ssl.SSLError) as error:
             raise UpstreamError(f"cannot connect to {origin.host}:{origin.port}: {error}") from error
         return protocol
@@ -285,8 +291,9 @@ class UpstreamPool:
             return
         idle.append(connection)
 
-    async def request(self, origin: Origin, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]],
-                      body: bytes) -> UpstreamResponse:
+    async def request(
+        self, origin: Origin, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> UpstreamResponse:
         """Send a request and wait for the response head. A reused connection that the upstream had closed
         before answering is retried once on a fresh one."""
         all_headers = [(b"host", origin.host_header), (b"content-length", str(len(body)).encode()), *headers]
@@ -301,8 +308,9 @@ class UpstreamPool:
         return UpstreamResponse(self, origin, connection, head)
 
     @staticmethod
-    async def _exchange(connection: _UpstreamProtocol, method: bytes, path: bytes,
-                        headers: list[tuple[bytes, bytes]], body: bytes) -> ResponseHead:
+    async def _exchange(
+        connection: _UpstreamProtocol, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> ResponseHead:
         data = serialize_request(method, path, headers, body)
         try:
             return await connection.start(data)

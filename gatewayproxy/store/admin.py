@@ -27,6 +27,7 @@ class EntryForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def entry_key(self, row: models.Model | dict[str, Any]) -> EntryKey:
         """The document entry a row (or the cleaned form data) stands for."""
+
         def value(field: str) -> Any:
             return row.get(field) if isinstance(row, dict) else getattr(row, field, None)
 
@@ -39,8 +40,10 @@ class EntryForm(forms.ModelForm):  # type: ignore[type-arg]
         self.previous_key = self.entry_key(self.instance) if self.instance.pk else None
         body: Any = cleaned.get("body")
         try:
-            validated(selectors.document_with_entry(key=self.entry_key(cleaned), body=body,
-                                                    previous=self.previous_key), source=selectors.config_source())
+            validated(
+                selectors.document_with_entry(key=self.entry_key(cleaned), body=body, previous=self.previous_key),
+                source=selectors.config_source(),
+            )
         except ConfigError as error:
             raise ValidationError(error.problems) from None
         return cleaned
@@ -65,13 +68,13 @@ class EntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         row = self.get_object(request, object_id)
         if request.method == "POST" and row is not None:
             try:
-                validated(without_entry(selectors.stored_document(), self.entry_key(row)),
-                          source=selectors.config_source())
+                validated(
+                    without_entry(selectors.stored_document(), self.entry_key(row)), source=selectors.config_source()
+                )
             except ConfigError as error:
                 self.message_user(request, "not deleted: " + "; ".join(error.problems), level=messages.ERROR)
                 opts = self.model._meta
-                return HttpResponseRedirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change",
-                                                    args=[row.pk]))
+                return HttpResponseRedirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk]))
         return super().delete_view(request, object_id, extra_context)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
@@ -87,9 +90,19 @@ class EntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 def _register(model: type[models.Model], collection: str, *columns: str) -> None:
     meta = type("Meta", (), {"model": model, "fields": "__all__"})
     form = type(f"{model.__name__}Form", (EntryForm,), {"collection": collection, "Meta": meta})
-    admin.site.register(model, type(f"{model.__name__}Admin", (EntryAdmin,), {
-        "collection": collection, "form": form, "list_display": ("name", *columns),
-        "readonly_fields": ("position",) if "position" in columns else ()}))
+    admin.site.register(
+        model,
+        type(
+            f"{model.__name__}Admin",
+            (EntryAdmin,),
+            {
+                "collection": collection,
+                "form": form,
+                "list_display": ("name", *columns),
+                "readonly_fields": ("position",) if "position" in columns else (),
+            },
+        ),
+    )
 
 
 _register(Section, "sections")

@@ -167,6 +167,4 @@ def routes_using(document: dict[str, Any], destination: str) -> list[str]:
 
 def plugin_slots_named(document: dict[str, Any], name: str) -> list[str]:
     """The slots holding a plugin instance called `name`."""
-    return [slot for slot in PLUGIN_SLOTS
-            if entry_body(document, EntryKey("plugins", name, slot)) is not None]
-
+    return [slot for slot in PLUGIN_SLOTS if entry_body(document, EntryKey("plugins", name, slot)) is not None]

@@ -86,12 +86,14 @@ def _save_row(key: EntryKey, body: dict[str, Any], previous: EntryKey | None) ->
 
 
 @transaction.atomic
-def config_entry_put(*, key: EntryKey, body: dict[str, Any], previous: EntryKey | None = None,
-                     build: Build | None = None) -> StoredChange:
+def config_entry_put(
+    *, key: EntryKey, body: dict[str, Any], previous: EntryKey | None = None, build: Build | None = None
+) -> StoredChange:
     """Upsert one entry (`previous`: the entry it renames or moves to another slot); raises `ConfigError`."""
     version = _locked_version()
-    state = built(selectors.document_with_entry(key=key, body=body, previous=previous),
-                  source=version.source or None, build=build)
+    state = built(
+        selectors.document_with_entry(key=key, body=body, previous=previous), source=version.source or None, build=build
+    )
     stored = entry_body(normalized(state.loaded), key) or {}
     _save_row(key, stored, previous)
     return StoredChange(version=_bump(version), state=state, body=stored)
@@ -107,10 +109,12 @@ def config_entry_delete(*, key: EntryKey, build: Build | None = None) -> StoredC
 
 
 def _insert_rows(document: dict[str, Any]) -> None:
-    Section.objects.bulk_create(Section(name=name, body=document[name]) for name in SINGLETON_SECTIONS
-                                if name in document)
-    Destination.objects.bulk_create(Destination(name=name, body=body)
-                                    for name, body in document.get("destinations", {}).items())
+    Section.objects.bulk_create(
+        Section(name=name, body=document[name]) for name in SINGLETON_SECTIONS if name in document
+    )
+    Destination.objects.bulk_create(
+        Destination(name=name, body=body) for name, body in document.get("destinations", {}).items()
+    )
     _insert_ordered(Route, document.get("routes", []))
     _insert_ordered(RateLimit, document.get("rate_limits", []))
     Vault.objects.bulk_create(Vault(name=entry["name"], body=_unnamed(entry)) for entry in document.get("vaults", []))
@@ -118,12 +122,14 @@ def _insert_rows(document: dict[str, Any]) -> None:
         entries = [held] if isinstance(held, dict) else held
         PluginInstance.objects.bulk_create(
             PluginInstance(slot=slot, name=entry["name"], position=index, body=_unnamed(entry))
-            for index, entry in enumerate(entries))
+            for index, entry in enumerate(entries)
+        )
 
 
 def _insert_ordered(model: type[OrderedEntry], entries: list[dict[str, Any]]) -> None:
-    model._default_manager.bulk_create(model(name=entry["name"], position=index, body=_unnamed(entry))
-                                       for index, entry in enumerate(entries))
+    model._default_manager.bulk_create(
+        model(name=entry["name"], position=index, body=_unnamed(entry)) for index, entry in enumerate(entries)
+    )
 
 
 def _unnamed(entry: dict[str, Any]) -> dict[str, Any]:

@@ -130,8 +130,12 @@ class DatabaseConfig:
                 stored = await self._orm(read_validated, build=self._build)
             except ConfigError as error:
                 self._rejected_version = version
-                logger.warning("config version %d is invalid; still serving version %d: %s", version,
-                               self.version, "; ".join(error.problems))
+                logger.warning(
+                    "config version %d is invalid; still serving version %d: %s",
+                    version,
+                    self.version,
+                    "; ".join(error.problems),
+                )
                 return
             if stored.version != self.version:
                 await self._install(stored.version, stored.state)

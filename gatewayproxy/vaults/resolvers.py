@@ -45,8 +45,9 @@ def secret_from(value: Any, default_scheme: str = "bearer") -> Secret:
         return Secret(scheme=default_scheme, token=value)
     if isinstance(value, Mapping):
         fields = {key: item for key, item in value.items() if key not in ("scheme", "token")}
-        return Secret(scheme=str(value.get("scheme") or default_scheme), token=str(value.get("token") or ""),
-                      fields=fields)
+        return Secret(
+            scheme=str(value.get("scheme") or default_scheme), token=str(value.get("token") or ""), fields=fields
+        )
     raise VaultError(f"unsupported secret value of type {type(value).__name__}")
 
 
@@ -57,6 +58,7 @@ def _parsed_secret(value: str, scheme: str) -> Secret:
 
 def env_name(prefix: str, vault: str, credential_id: str) -> str:
     """The derived environment variable of a credential."""
+
     def normalize(text: str) -> str:
         return re.sub(r"[^A-Z0-9]", "_", text.upper())
 
@@ -135,6 +137,7 @@ class HttpVault:
 
     def url_for(self, credential_id: str, scope: Mapping[str, str]) -> str:
         """The URL of a credential; a scope dimension the principal lacks is an error."""
+
         def value(match: re.Match[str]) -> str:
             name = match.group(1)
             if name == "credential_id":

@@ -45,8 +45,10 @@ class Command(BaseCommand):
     @staticmethod
     def _exec_gateway(arguments: list[str]) -> None:
         project_root = str(Path(gatewayproxy.__file__).resolve().parents[1])
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [project_root, os.environ.get("PYTHONPATH")]))}
+        environment = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [project_root, os.environ.get("PYTHONPATH")])),
+        }
         sys.stdout.flush()
         sys.stderr.flush()
         # The same process (same pid, so signals still reach it) continues as the lean gateway.

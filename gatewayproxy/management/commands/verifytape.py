@@ -17,8 +17,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="the tape file")
-        parser.add_argument("--public-key", required=True,
-                            help="the signer's Ed25519 public key: a PEM file, or the PEM text itself")
+        parser.add_argument(
+            "--public-key", required=True, help="the signer's Ed25519 public key: a PEM file, or the PEM text itself"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

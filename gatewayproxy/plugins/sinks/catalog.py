@@ -58,6 +58,7 @@ def build_pipelines(slot: str, deps: PluginDeps, avro_schema: dict[str, Any]) ->
             continue
         options_model, factory = KINDS[kind]
         options = plugin_options(options_model, instance, f"plugins.{slot}[{index}]", deps.base_dir)
-        pipelines.append(SinkPipeline(slot, instance.name, factory(deps, options, avro_schema), options,
-                                      sink_metrics(deps)))
+        pipelines.append(
+            SinkPipeline(slot, instance.name, factory(deps, options, avro_schema), options, sink_metrics(deps))
+        )
     return pipelines

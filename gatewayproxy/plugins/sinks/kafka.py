@@ -18,6 +18,8 @@ from gatewayproxy.plugins.sinks.kafka_options import KafkaOptions, SchemaRegistr
 from gatewayproxy.server.upstream import UpstreamPool
 
 AVRO_MAGIC = b"\x00"
+
+
 class JsonEncoding:
     """Records as JSON documents."""
 
@@ -43,8 +45,13 @@ class AvroEncoding:
             return
         url = f"{self.registry.url.rstrip('/')}/subjects/{self.subject}/versions"
         try:
-            answer = await post_json(self.pool, url, {"schema": orjson.dumps(self.schema).decode()},
-                                     self.registry.timeout_ms / 1000, self.registry.bearer_token_file)
+            answer = await post_json(
+                self.pool,
+                url,
+                {"schema": orjson.dumps(self.schema).decode()},
+                self.registry.timeout_ms / 1000,
+                self.registry.bearer_token_file,
+            )
         except BackendError as error:
             raise SinkError(f"schema registry: {error}") from None
         if not isinstance(answer, dict) or not isinstance(answer.get("id"), int):
@@ -75,8 +82,12 @@ class KafkaSink(Sink):
         await self.encoding.ready()
         try:
             producer = await self._started_producer()
-            deliveries = [await producer.send(self.options.topic, self.encoding.encode(record),
-                                              key=str(record["request_id"]).encode()) for record in batch]
+            deliveries = [
+                await producer.send(
+                    self.options.topic, self.encoding.encode(record), key=str(record["request_id"]).encode()
+                )
+                for record in batch
+            ]
             for delivery in deliveries:
                 await delivery
         except KafkaError as error:
@@ -93,8 +104,10 @@ class KafkaSink(Sink):
             servers = self.options.bootstrap_servers
             producer = AIOKafkaProducer(
                 bootstrap_servers=servers if isinstance(servers, str) else ",".join(servers),
-                client_id=self.options.client_id, acks=self.options.acks,
-                request_timeout_ms=self.options.write_timeout_ms)
+                client_id=self.options.client_id,
+                acks=self.options.acks,
+                request_timeout_ms=self.options.write_timeout_ms,
+            )
             try:
                 await producer.start()
             except BaseException:

@@ -25,12 +25,18 @@ class SinkMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["slot", "sink"]
-        self.queue_depth = Gauge("gateway_sink_queue_depth", "Records waiting in a sink's queue.", labels,
-                                 registry=registry)
-        self.spool_events = Gauge("gateway_sink_spool_events", "Records held in a sink's spool.", labels,
-                                  registry=registry)
-        self.records = Counter("gateway_sink_records", "Records by outcome: written, replayed (from the spool), "
-                               "spooled, dropped.", [*labels, "outcome"], registry=registry)
+        self.queue_depth = Gauge(
+            "gateway_sink_queue_depth", "Records waiting in a sink's queue.", labels, registry=registry
+        )
+        self.spool_events = Gauge(
+            "gateway_sink_spool_events", "Records held in a sink's spool.", labels, registry=registry
+        )
+        self.records = Counter(
+            "gateway_sink_records",
+            "Records by outcome: written, replayed (from the spool), spooled, dropped.",
+            [*labels, "outcome"],
+            registry=registry,
+        )
 
 
 class SinkPipeline:
@@ -51,8 +57,10 @@ class SinkPipeline:
         self._last_logged: dict[str, float] = {}
         self._depth = metrics.queue_depth.labels(slot, name)
         self._spooled_gauge = metrics.spool_events.labels(slot, name)
-        self._outcomes = {outcome: metrics.records.labels(slot, name, outcome)
-                          for outcome in ("written", "replayed", "spooled", "dropped")}
+        self._outcomes = {
+            outcome: metrics.records.labels(slot, name, outcome)
+            for outcome in ("written", "replayed", "spooled", "dropped")
+        }
         self._spooled_gauge.set(self.spool.count if self.spool else 0)
 
     async def start(self) -> None:
@@ -90,7 +98,7 @@ class SinkPipeline:
         try:
             async with asyncio.timeout(self.options.close_timeout_ms / 1000):
                 while written < len(pending) and not (self.failing and self.spool is not None):
-                    batch = pending[written:written + self.options.batch_size]
+                    batch = pending[written : written + self.options.batch_size]
                     await self._write(batch, "written")
                     written += len(batch)
         except (SinkError, TimeoutError):
@@ -163,7 +171,7 @@ class SinkPipeline:
         if self.spool is None:
             self._drop(len(batch), "the sink is closed and it has no spool")
             return
-        kept = batch[:self.spool.room()]
+        kept = batch[: self.spool.room()]
         if len(kept) < len(batch):
             self._drop(len(batch) - len(kept), f"the spool is full ({self.spool.max_events} events)")
         if not kept:
@@ -217,7 +225,7 @@ class SinkPipeline:
             delivered = 0
             try:
                 for start in range(0, len(claim.lines), self.options.batch_size):
-                    lines = claim.lines[start:start + self.options.batch_size]
+                    lines = claim.lines[start : start + self.options.batch_size]
                     await self._write([orjson.loads(line) for line in lines], "replayed")
                     delivered += len(lines)
             except SinkError:
@@ -239,4 +247,3 @@ class SinkPipeline:
         if now - self._last_logged.get(topic, -LOG_INTERVAL_SECONDS) >= LOG_INTERVAL_SECONDS:
             self._last_logged[topic] = now
             logger.warning("%s", message)
-

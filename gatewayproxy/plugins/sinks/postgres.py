@@ -15,11 +15,21 @@ from gatewayproxy.plugins.sinks.ledger import Ledger, LedgerQuery, PostgresOptio
 
 TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("request_id", "text PRIMARY KEY"), ("ts", "timestamptz NOT NULL"), ("kind", "text"), ("principal", "text"),
-    ("scope", "jsonb NOT NULL DEFAULT '{}'"), ("route", "text"), ("destination", "text"), ("provider", "text"),
-    ("model", "text"), *((column, "bigint NOT NULL DEFAULT 0") for column in TOKEN_COLUMNS),
-    ("cost_usd", "double precision"), ("status", "integer"), ("latency_ms", "double precision"),
-    ("streamed", "boolean"), ("tags", "jsonb NOT NULL DEFAULT '{}'"),
+    ("request_id", "text PRIMARY KEY"),
+    ("ts", "timestamptz NOT NULL"),
+    ("kind", "text"),
+    ("principal", "text"),
+    ("scope", "jsonb NOT NULL DEFAULT '{}'"),
+    ("route", "text"),
+    ("destination", "text"),
+    ("provider", "text"),
+    ("model", "text"),
+    *((column, "bigint NOT NULL DEFAULT 0") for column in TOKEN_COLUMNS),
+    ("cost_usd", "double precision"),
+    ("status", "integer"),
+    ("latency_ms", "double precision"),
+    ("streamed", "boolean"),
+    ("tags", "jsonb NOT NULL DEFAULT '{}'"),
 )
 JSON_COLUMNS = frozenset({"scope", "tags"})
 
@@ -43,8 +53,10 @@ class PostgresSink(Ledger):
     async def write(self, batch: list[Record]) -> None:
         columns = [name for name, _ in COLUMNS]
         insert = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (request_id) DO NOTHING").format(
-            self.table, sql.SQL(", ").join(map(sql.Identifier, columns)),
-            sql.SQL(", ").join(sql.Placeholder() * len(columns)))
+            self.table,
+            sql.SQL(", ").join(map(sql.Identifier, columns)),
+            sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        )
         rows = [[_column_value(name, record.get(name)) for name in columns] for record in batch]
         try:
             connection = await self._connect()
@@ -61,9 +73,12 @@ class PostgresSink(Ledger):
         """Totals per group of the ledger rows matching `query` (a fresh connection, bounded by
         `query_timeout_ms`)."""
         keys = [_group_expression(key, query.timezone) for key in query.group_by]
-        totals = [sql.SQL("count(*)"), *(sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(column))
-                                         for column in TOKEN_COLUMNS),
-                  sql.SQL("coalesce(sum(cost_usd), 0)"), sql.SQL("count(*) FILTER (WHERE cost_usd IS NULL)")]
+        totals = [
+            sql.SQL("count(*)"),
+            *(sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(column)) for column in TOKEN_COLUMNS),
+            sql.SQL("coalesce(sum(cost_usd), 0)"),
+            sql.SQL("count(*) FILTER (WHERE cost_usd IS NULL)"),
+        ]
         conditions: list[sql.Composable] = [sql.SQL("TRUE")]
         parameters: list[Any] = []
         for operator, bound in ((">=", query.start), ("<", query.end)):
@@ -75,12 +90,14 @@ class PostgresSink(Ledger):
             parameters.append(value)
         positions = sql.SQL(", ").join(sql.Literal(index + 1) for index in range(len(keys)))
         statement = sql.SQL("SELECT {} FROM {} WHERE {}").format(
-            sql.SQL(", ").join([*keys, *totals]), self.table, sql.SQL(" AND ").join(conditions))
+            sql.SQL(", ").join([*keys, *totals]), self.table, sql.SQL(" AND ").join(conditions)
+        )
         if keys:
             statement = sql.SQL("{} GROUP BY {} ORDER BY {}").format(statement, positions, positions)
         try:
             async with await psycopg.AsyncConnection.connect(
-                    self.options.conninfo, connect_timeout=self.options.connect_timeout_ms // 1000) as connection:
+                self.options.conninfo, connect_timeout=self.options.connect_timeout_ms // 1000
+            ) as connection:
                 timeout = sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.options.query_timeout_ms))
                 await connection.execute(timeout)
                 rows = await (await connection.execute(statement, parameters)).fetchall()
@@ -98,12 +115,17 @@ class PostgresSink(Ledger):
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         if self._connection is None or self._connection.closed:
             connection = await psycopg.AsyncConnection.connect(
-                self.options.conninfo, autocommit=True, connect_timeout=self.options.connect_timeout_ms // 1000)
-            columns = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(definition))
-                                         for name, definition in COLUMNS)
+                self.options.conninfo, autocommit=True, connect_timeout=self.options.connect_timeout_ms // 1000
+            )
+            columns = sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(definition)) for name, definition in COLUMNS
+            )
             await connection.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(self.table, columns))
-            await connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (ts)").format(
-                sql.Identifier(f"{self.options.table.split('.')[-1]}_ts"), self.table))
+            await connection.execute(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (ts)").format(
+                    sql.Identifier(f"{self.options.table.split('.')[-1]}_ts"), self.table
+                )
+            )
             self._connection = connection
         return self._connection
 
@@ -117,7 +139,12 @@ def _column_value(column: str, value: Any) -> Any:
 
 
 def _group(group_by: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
-    keys, totals = row[:len(group_by)], row[len(group_by):]
+    keys, totals = row[: len(group_by)], row[len(group_by) :]
     tokens = dict(zip(TOKEN_COLUMNS, (int(total) for total in totals[1:6]), strict=True))
-    return {"key": dict(zip(group_by, keys, strict=True)), "requests": totals[0], **tokens,
-            "cost_usd": float(totals[6]), "unpriced_requests": totals[7]}
+    return {
+        "key": dict(zip(group_by, keys, strict=True)),
+        "requests": totals[0],
+        **tokens,
+        "cost_usd": float(totals[6]),
+        "unpriced_requests": totals[7],
+    }

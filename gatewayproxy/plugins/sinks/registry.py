@@ -26,8 +26,9 @@ class RegistrySink(PostSink):
     """The registry stores each request id once, so a batch replayed from the spool is harmless."""
 
     def __init__(self, pool: UpstreamPool, options: RegistryOptions) -> None:
-        super().__init__(pool, options.base_url.rstrip("/") + options.endpoint, options.timeout_ms,
-                         options.bearer_token_file)
+        super().__init__(
+            pool, options.base_url.rstrip("/") + options.endpoint, options.timeout_ms, options.bearer_token_file
+        )
 
     def accepts(self, record: Record) -> bool:
         return record.get("kind") != "mcp"
