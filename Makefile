@@ -26,6 +26,8 @@ services:
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy .

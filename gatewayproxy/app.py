@@ -39,6 +39,8 @@ class ConfigStore(ConfigWriter, Interface):
     """A database-backed config (`gatewayproxy.store.source.DatabaseConfig`, which needs Django set up, so it
     is handed in rather than imported): the config to boot with, then reloads and writes swapped in."""
 
+    version: int  # the stored config version being served
+
     async def load(self, build: Build) -> GatewayState:
         """The stored config to boot with, built by `build`, which builds every later version too."""
         ...

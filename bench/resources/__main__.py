@@ -139,7 +139,7 @@ def measure(root: Path) -> tuple[list[float], list[float]]:
 
 def part(path: str, data: bytes):  # type: ignore[no-untyped-def]
     """An uploaded part as the API's upload handler makes it."""
-    from registry.files.uploads import UploadedPart
+    from registry.core.uploads import UploadedPart
 
     made = UploadedPart(path, content_type="text/plain", size=len(data), charset=None)
     made.write(data)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -17,6 +16,7 @@ from registry.core.fields import (
     StrictIntegerField,
     StrictSerializer,
     TaggedUnionField,
+    validate_http_url,
 )
 
 BUILT_IN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
@@ -81,13 +81,6 @@ class CustomToolSerializer(StrictSerializer):
     name = serializers.RegexField(TOOL_NAME, error_messages={"invalid": "1-128 letters, digits, '_' or '-'."})
     description = StrictCharField(max_length=4096)
     input_schema = JsonSchemaObjectField()
-
-
-def validate_http_url(value: str) -> None:
-    """An absolute http(s) URL; bare service host names (as inside a cluster) are allowed."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise serializers.ValidationError("must be an absolute http or https URL.")
 
 
 class McpServerSerializer(StrictSerializer):

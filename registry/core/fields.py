@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
@@ -142,3 +143,10 @@ class JsonSchemaObjectField(serializers.JSONField):
             where = "/".join(str(part) for part in error.absolute_path) or "(root)"
             raise serializers.ValidationError(f"is not a valid JSON Schema at {where}: {error.message}") from error
         return value
+
+
+def validate_http_url(value: str) -> None:
+    """An absolute http(s) URL; bare service host names (as inside a cluster) are allowed."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise serializers.ValidationError("must be an absolute http or https URL.")

@@ -1,11 +1,14 @@
-"""Writes shared by every resource family (archive)."""
+"""Writes shared by every resource family: archive, and the update of plain fields and metadata."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
+
+from registry.core.fields import merge_metadata
 
 
 @transaction.atomic
@@ -15,3 +18,12 @@ def resource_archive(*, instance: Any) -> Any:
         instance.archived_at = timezone.now()
         instance.save(update_fields=["archived_at", "updated_at"])
     return instance
+
+
+def apply_updates(instance: models.Model, values: dict[str, Any], plain: Iterable[str] = ()) -> None:
+    """Set each of `plain` given in `values` on `instance`; merge a given `metadata` patch into its own."""
+    for field in plain:
+        if field in values:
+            setattr(instance, field, values[field])
+    if "metadata" in values:
+        instance.metadata = merge_metadata(instance.metadata, values["metadata"])  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import transaction
 from rest_framework import serializers
 
-from registry.core.fields import merge_metadata
+from registry.core.services import apply_updates
 from registry.environments.models import Environment
 from registry.environments.serializers import PACKAGE_MANAGERS
 from registry.workspaces.models import Workspace
@@ -74,12 +74,7 @@ def environment_create(*, workspace: Workspace, values: dict[str, Any]) -> Envir
 @transaction.atomic
 def environment_update(*, environment: Environment, values: dict[str, Any]) -> Environment:
     locked = Environment.objects.select_for_update().get(pk=environment.pk)
-    if "name" in values:
-        locked.name = values["name"]
-    if "description" in values:
-        locked.description = values["description"]
-    if "metadata" in values:
-        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    apply_updates(locked, values, ("name", "description"))
     if values.get("config") is not None:
         locked.config = build_config(values["config"], locked.config)
     if values.get("scope"):

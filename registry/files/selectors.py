@@ -9,8 +9,8 @@ from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request, not_found
 from registry.core.serialization import timestamp
+from registry.core.storage import upload_storage
 from registry.files.models import File
-from registry.files.storage import upload_storage
 
 MAX_LISTED_IDS = 100
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from django.db import transaction
 
+from registry.core.storage import StagedWrites, delete_after_commit
+from registry.core.uploads import UploadedPart, final_component
 from registry.files.models import File
-from registry.files.storage import StagedWrites, delete_after_commit
-from registry.files.uploads import UploadedPart, final_component
 from registry.workspaces.models import Workspace
 
 DEFAULT_MIME_TYPE = "application/octet-stream"

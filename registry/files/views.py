@@ -11,12 +11,13 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from registry.core.downloads import AnyAcceptNegotiation, attachment
 from registry.core.errors import invalid_request
 from registry.core.openapi import LIST_PARAMETERS, list_response
 from registry.core.pagination import KeysetPagination
+from registry.core.uploads import file_parts, read_multipart
 from registry.core.views import DeleteMixin, WorkspaceViewSet
 from registry.files import selectors, services
-from registry.files.downloads import AnyAcceptNegotiation, attachment
 from registry.files.models import File
 from registry.files.serializers import (
     FileDeletedSerializer,
@@ -24,7 +25,6 @@ from registry.files.serializers import (
     FileUploadFieldsSerializer,
     FileUploadSerializer,
 )
-from registry.files.uploads import file_parts, read_multipart
 
 IDS_PARAMETER = OpenApiParameter(
     "ids",

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.db import transaction
 
-from registry.core.fields import merge_metadata
 from registry.core.ids import new_id
 from registry.core.secrets import seal, unseal
+from registry.core.services import apply_updates
 from registry.gitcreds.models import GitCredential
 from registry.workspaces.models import Workspace
 
@@ -39,13 +39,8 @@ def git_credential_update(*, credential: GitCredential, values: dict[str, Any]) 
     locked = GitCredential.objects.select_for_update().get(pk=credential.pk)
     if "host" in values:
         locked.host = values["host"].lower()
-    if "username" in values:
-        locked.username = values["username"]
-    if "display_name" in values:
-        locked.display_name = values["display_name"]
     if "token" in values:
         locked.sealed_token = seal(values["token"], context=locked.id)
-    if "metadata" in values:
-        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    apply_updates(locked, values, ("username", "display_name"))
     locked.save()
     return locked

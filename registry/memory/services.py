@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from registry.core.authentication import Principal
 from registry.core.errors import ApiError, ErrorType, conflict, invalid_request
-from registry.core.fields import merge_metadata
+from registry.core.services import apply_updates
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
 from registry.workspaces.models import Workspace
 
@@ -48,12 +48,8 @@ def memory_store_create(*, workspace: Workspace, values: dict[str, Any]) -> Memo
 @transaction.atomic
 def memory_store_update(*, store: MemoryStore, values: dict[str, Any]) -> MemoryStore:
     locked = _writable_store(store)
-    if "name" in values:
-        locked.name = values["name"]
-    if "description" in values:
-        locked.description = values["description"] or ""
-    if "metadata" in values:
-        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    apply_updates(locked, values, ("name", "description"))
+    locked.description = locked.description or ""
     locked.save()
     return locked
 

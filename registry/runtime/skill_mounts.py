@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from registry.files.storage import upload_storage
+from registry.core.storage import upload_storage
 from registry.sandbox.backend import Mount
 from registry.skills.models import Skill, SkillVersion
 from registry.skills.selectors import LATEST

@@ -16,12 +16,12 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from registry.agents.models import Agent, AgentVersion
+from registry.agents.selectors import usable_agent
 from registry.core.errors import conflict, invalid_request, not_found
-from registry.core.fields import merge_metadata
 from registry.core.ids import new_id
 from registry.core.selectors import require_live
-from registry.environments.models import Environment
+from registry.core.services import apply_updates
+from registry.environments.selectors import usable_environment
 from registry.extensions.selectors import list_price
 from registry.sessions import notify, resources
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
@@ -39,30 +39,6 @@ EMPTY_USAGE = {
 
 
 # -- creating a session -------------------------------------------------------------------------
-def _resolve_agent(workspace: Workspace, reference: dict[str, Any]) -> tuple[Agent, int, dict[str, Any]]:
-    agent = Agent.objects.filter(workspace=workspace, pk=reference["id"]).first()
-    if agent is None:
-        raise invalid_request(f"agent: no agent {reference['id']} in this workspace.")
-    if agent.archived_at is not None:
-        raise invalid_request(f"agent: agent {agent.id} is archived and cannot start new sessions.")
-    version = reference.get("version") or agent.version
-    if version == agent.version:
-        return agent, version, agent.spec
-    found = AgentVersion.objects.filter(agent=agent, version=version).first()
-    if found is None:
-        raise invalid_request(f"agent.version: agent {agent.id} has no version {version}.")
-    return agent, version, found.spec
-
-
-def _resolve_environment(workspace: Workspace, environment_id: str) -> Environment:
-    environment = Environment.objects.filter(workspace=workspace, pk=environment_id).first()
-    if environment is None:
-        raise invalid_request(f"environment_id: no environment {environment_id} in this workspace.")
-    if environment.archived_at is not None:
-        raise invalid_request(f"environment_id: environment {environment_id} is archived.")
-    return environment
-
-
 def _check_references(workspace: Workspace, values: dict[str, Any]) -> None:
     """Vaults a session names must be live vaults of its workspace."""
     require_live(Vault, workspace=workspace, ids=list(values.get("vault_ids") or []), field="vault_ids", noun="vault")
@@ -82,8 +58,9 @@ def _check_budgetable(spec: dict[str, Any]) -> None:
 
 @transaction.atomic
 def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
-    agent, version, spec = _resolve_agent(workspace, values["agent"])
-    environment = _resolve_environment(workspace, values["environment_id"])
+    agent, pinned, spec = usable_agent(workspace_id=workspace.pk, reference=values["agent"])
+    version = pinned or agent.version
+    environment = usable_environment(workspace_id=workspace.pk, environment_id=values["environment_id"])
     _check_references(workspace, values)
     if values.get("budget"):
         _check_budgetable(spec)
@@ -111,10 +88,7 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
 @transaction.atomic
 def session_update(*, session: Session, values: dict[str, Any]) -> Session:
     locked = Session.objects.select_for_update().get(pk=session.pk)
-    if "title" in values:
-        locked.title = values["title"]
-    if "metadata" in values:
-        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    apply_updates(locked, values, ("title",))
     if "budget" in values:
         _update_budget(locked, values["budget"])
     locked.save(update_fields=["title", "metadata", "budget", "updated_at"])

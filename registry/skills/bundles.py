@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from registry.core.errors import invalid_request
-from registry.files.uploads import UploadedPart
+from registry.core.uploads import UploadedPart
 
 MANIFEST = "SKILL.md"
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

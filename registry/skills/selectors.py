@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request, not_found
 from registry.core.serialization import timestamp
-from registry.files.storage import upload_storage
+from registry.core.storage import upload_storage
 from registry.skills.models import Skill, SkillVersion
 
 LATEST = "latest"

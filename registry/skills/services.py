@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request
-from registry.files.storage import StagedWrites, delete_after_commit
+from registry.core.storage import StagedWrites, delete_after_commit
 from registry.skills.bundles import Bundle
 from registry.skills.models import Skill, SkillFile, SkillVersion
 from registry.workspaces.models import Workspace

@@ -14,11 +14,11 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from registry.core.downloads import AnyAcceptNegotiation, attachment
 from registry.core.openapi import LIST_PARAMETERS, list_response
 from registry.core.pagination import KeysetPagination
+from registry.core.uploads import file_parts, read_multipart
 from registry.core.views import DeleteMixin, WorkspaceViewSet
-from registry.files.downloads import AnyAcceptNegotiation, attachment
-from registry.files.uploads import file_parts, read_multipart
 from registry.skills import selectors, services
 from registry.skills.bundles import Bundle, parse_bundle
 from registry.skills.filters import SkillFilter

@@ -13,11 +13,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework import serializers
 
-from registry.agents.models import Agent, AgentVersion
-from registry.core.errors import ApiError, conflict, invalid_request, not_found
+from registry.agents.selectors import usable_agent
+from registry.core.errors import ApiError, conflict, not_found
 from registry.core.fields import merge_metadata
 from registry.core.selectors import require_live
-from registry.environments.models import Environment
+from registry.environments.selectors import usable_environment
 from registry.sessions.services import session_archive, session_create
 from registry.triggers import selectors
 from registry.triggers.models import SCHEDULED_STATUSES, Trigger, TriggerFire
@@ -30,27 +30,6 @@ Status = Trigger.Status
 
 
 # -- validation against the workspace -------------------------------------------------------------
-def _usable_agent(workspace: Workspace, reference: dict[str, Any]) -> tuple[Agent, int | None]:
-    agent = Agent.objects.filter(workspace=workspace, pk=reference["id"]).first()
-    if agent is None:
-        raise invalid_request(f"agent: no agent {reference['id']} in this workspace.")
-    if agent.archived_at is not None:
-        raise invalid_request(f"agent: agent {agent.id} is archived.")
-    version = reference.get("version")
-    if version is not None and not AgentVersion.objects.filter(agent=agent, version=version).exists():
-        raise invalid_request(f"agent.version: agent {agent.id} has no version {version}.")
-    return agent, version
-
-
-def _usable_environment_id(workspace: Workspace, environment_id: str) -> str:
-    environment = Environment.objects.filter(workspace=workspace, pk=environment_id).first()
-    if environment is None:
-        raise invalid_request(f"session.environment_id: no environment {environment_id} in this workspace.")
-    if environment.archived_at is not None:
-        raise invalid_request(f"session.environment_id: environment {environment_id} is archived.")
-    return environment_id
-
-
 def _usable_vault_ids(workspace: Workspace, vault_ids: list[str]) -> list[str]:
     require_live(Vault, workspace=workspace, ids=vault_ids, field="session.vault_ids", noun="vault")
     return list(vault_ids)
@@ -62,7 +41,9 @@ def _apply(trigger: Trigger, values: dict[str, Any]) -> None:
     if "name" in values:
         trigger.name = values["name"]
     if "agent" in values:
-        trigger.agent, trigger.agent_version = _usable_agent(trigger.workspace, values["agent"])
+        trigger.agent, trigger.agent_version, _ = usable_agent(
+            workspace_id=trigger.workspace_id, reference=values["agent"]
+        )
     if "session_mode" in values:
         trigger.session_mode = values["session_mode"]
     if "replicas" in values:
@@ -73,7 +54,9 @@ def _apply(trigger: Trigger, values: dict[str, Any]) -> None:
             setattr(trigger, field, source[field])
     template = values.get("session", {})
     if "environment_id" in template:
-        trigger.environment_id = _usable_environment_id(trigger.workspace, template["environment_id"])
+        trigger.environment_id = usable_environment(
+            workspace_id=trigger.workspace_id, environment_id=template["environment_id"], field="session.environment_id"
+        ).pk
     if "title_template" in template:
         trigger.title_template = template["title_template"]
     if "metadata" in template:

@@ -6,13 +6,13 @@ from typing import Any
 
 from rest_framework import serializers
 
-from registry.agents.serializers import validate_http_url
 from registry.core.fields import (
     MetadataField,
     StrictBooleanField,
     StrictCharField,
     StrictSerializer,
     TaggedUnionField,
+    validate_http_url,
 )
 
 

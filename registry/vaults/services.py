@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from registry.core.egress import check_url
 from registry.core.errors import invalid_request
-from registry.core.fields import merge_metadata
 from registry.core.ids import new_id
 from registry.core.secrets import seal, unseal
+from registry.core.services import apply_updates
 from registry.vaults.models import Vault, VaultCredential
 from registry.workspaces.models import Workspace
 
@@ -59,10 +59,7 @@ def vault_create(*, workspace: Workspace, values: dict[str, Any]) -> Vault:
 @transaction.atomic
 def vault_update(*, vault: Vault, values: dict[str, Any]) -> Vault:
     locked = Vault.objects.select_for_update().get(pk=vault.pk)
-    if "display_name" in values:
-        locked.display_name = values["display_name"]
-    if "metadata" in values:
-        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    apply_updates(locked, values, ("display_name",))
     locked.save()
     return locked
 
@@ -91,10 +88,7 @@ def credential_update(*, credential: VaultCredential, values: dict[str, Any]) ->
         if values["auth"]["type"] != locked.auth["type"]:
             raise invalid_request(f"auth.type: a {locked.auth['type']} credential cannot become another type.")
         _merge_auth(locked, values["auth"])
-    if "display_name" in values:
-        locked.display_name = values["display_name"]
-    if "metadata" in values:
-        locked.metadata = merge_metadata(locked.metadata, values["metadata"])
+    apply_updates(locked, values, ("display_name",))
     locked.save()
     return locked
 

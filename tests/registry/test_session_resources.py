@@ -32,6 +32,12 @@ def sdk(live_server, uploads):
     return client_for(live_server, "resources")
 
 
+def error_of(failure: anthropic.APIStatusError) -> dict:
+    body = failure.body
+    assert isinstance(body, dict)
+    return body["error"]
+
+
 def new_session(sdk, **fields):
     agent = sdk.beta.agents.create(name="a", model="claude-sonnet-4-5")
     environment = sdk.beta.environments.create(name="e")
@@ -98,7 +104,7 @@ def test_bad_input_writes_nothing(sdk, live_server, uploads):
     for body in attempts:
         with pytest.raises(anthropic.BadRequestError) as refused:
             sdk.post(f"/v1/sessions/{session.id}/resources", body=body, cast_to=object)
-        assert refused.value.body["error"]["type"] == "invalid_request_error"
+        assert error_of(refused.value)["type"] == "invalid_request_error"
     with pytest.raises(anthropic.BadRequestError) as foreign_refusal:
         sdk.post(
             f"/v1/sessions/{session.id}/resources",
@@ -111,9 +117,8 @@ def test_bad_input_writes_nothing(sdk, live_server, uploads):
             body={"type": "memory_store", "memory_store_id": "mems_missing"},
             cast_to=object,
         )
-    assert foreign_refusal.value.body["error"]["message"].replace(foreign_store.id, "ID") == missing_refusal.value.body[
-        "error"
-    ]["message"].replace("mems_missing", "ID")
+    foreign_message = error_of(foreign_refusal.value)["message"].replace(foreign_store.id, "ID")
+    assert foreign_message == error_of(missing_refusal.value)["message"].replace("mems_missing", "ID")
     with pytest.raises(anthropic.BadRequestError):
         sdk.beta.sessions.resources.update(session.resources[0].id, session_id=session.id, authorization_token="x")
     assert len(Session.objects.get(pk=session.id).resources) == 1

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -173,7 +173,7 @@ def open_session(sdk: anthropic.Anthropic, registry: LiveRegistry, workers: Work
             environment_id=made.id,
             extra_body=extra,
             vault_ids=vault_ids or [],
-            resources=resources or [],
+            resources=cast(Any, resources or []),
         )
         return Conversation(sdk=sdk, session_id=session.id, processes=[registry.process, *workers.processes])
 
