@@ -6,17 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.core.authentication import IsOrganizationAdmin, IsWorkspaceMember
-from registry.core.errors import conflict, not_found
+from registry.core.errors import not_found
 from registry.core.views import WorkspaceViewSet
 from registry.discovery.selectors import served_groups
-from registry.extensions import selectors
+from registry.extensions import selectors, services
 from registry.extensions.catalog import GUARDRAIL_TYPES, HARNESSES
 from registry.extensions.models import Guardrail, ModelPrice
 from registry.extensions.serializers import GuardrailWriteSerializer, ModelPriceWriteSerializer
@@ -78,13 +76,7 @@ class GuardrailViewSet(ExtensionViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = GuardrailWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        values = dict(body.validated_data)
-        values.setdefault("phases", GUARDRAIL_TYPES[values["type"]]["phases"])
-        try:
-            with transaction.atomic():
-                guardrail = Guardrail.objects.create(**values)
-        except IntegrityError:
-            raise conflict(f"name: a guardrail named {values['name']!r} exists.") from None
+        guardrail = services.guardrail_create(values=dict(body.validated_data))
         return Response(selectors.render_guardrail(guardrail))
 
     @extend_schema(request=GuardrailWriteSerializer, responses={200: dict})
@@ -92,16 +84,14 @@ class GuardrailViewSet(ExtensionViewSet):
         guardrail = self.guardrail()
         body = GuardrailWriteSerializer(guardrail, data=request.data, partial=True)
         body.is_valid(raise_exception=True)
-        for field, value in body.validated_data.items():
-            setattr(guardrail, field, value)
-        guardrail.save()
-        return Response(selectors.render_guardrail(guardrail))
+        updated = services.guardrail_update(guardrail=guardrail, values=dict(body.validated_data))
+        return Response(selectors.render_guardrail(updated))
 
     @extend_schema(responses={200: dict})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         guardrail = self.guardrail()
         identifier = str(guardrail.pk)
-        guardrail.delete()
+        services.guardrail_delete(guardrail=guardrail)
         return Response({"id": identifier, "type": "guardrail_deleted"})
 
 
@@ -145,19 +135,12 @@ class ModelPriceViewSet(ExtensionViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = ModelPriceWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        values = {"effective_from": timezone.now(), **body.validated_data}
-        try:
-            with transaction.atomic():
-                price = ModelPrice.objects.create(**values)
-        except IntegrityError:
-            raise conflict("effective_from: a price for this model starts at that instant already.") from None
+        price = services.model_price_create(values=dict(body.validated_data))
         return Response(selectors.render_price(price))
 
     @extend_schema(responses={200: dict})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        deleted, _ = ModelPrice.objects.filter(pk=kwargs["id"]).delete()
-        if not deleted:
-            raise not_found(f"Model price {kwargs['id']} not found.")
+        services.model_price_delete(price_id=kwargs["id"])
         return Response({"id": kwargs["id"], "type": "model_price_deleted"})
 
 
