@@ -12,10 +12,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from registry.core.errors import ApiError, ErrorType, invalid_request, not_found
+from registry.core.errors import ApiError, ErrorType, invalid_request
 from registry.core.renderers import FastJSONRenderer
 from registry.internal import selectors, services
 from registry.internal.authentication import IsService, ServiceTokenAuthentication
+from registry.sessions import selectors as session_selectors
 from registry.sessions.models import Session
 
 JOSE = "application/jose"
@@ -31,10 +32,7 @@ class InternalView(APIView):
     def session(workspace_id: str | None, session_id: str | None) -> Session:
         if not workspace_id or not session_id:
             raise invalid_request("workspace and session are both required.")
-        session = Session.objects.filter(workspace_id=workspace_id, pk=session_id).first()
-        if session is None:
-            raise not_found(f"No session {session_id} in workspace {workspace_id}.")
-        return session
+        return session_selectors.session_in_workspace(workspace_id=workspace_id, session_id=session_id)
 
 
 class JoseRenderer(BaseRenderer):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.core.errors import invalid_request
+from django.db.models import QuerySet
+
+from registry.core.errors import invalid_request, not_found
 from registry.core.serialization import timestamp
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
 
@@ -81,3 +83,21 @@ def list_items(store: MemoryStore, *, prefix: str, depth: int | None) -> list[tu
 
 def memories_by_id(ids: list[str]) -> dict[str, Memory]:
     return {memory.id: memory for memory in Memory.objects.filter(pk__in=ids)}
+
+
+def memory_get(*, store: MemoryStore, memory_id: str) -> Memory:
+    memory = Memory.objects.filter(store=store, pk=memory_id).select_related("store").first()
+    if memory is None:
+        raise not_found(f"Memory {memory_id} not found.")
+    return memory
+
+
+def memory_versions(*, store: MemoryStore) -> QuerySet[MemoryVersion]:
+    return MemoryVersion.objects.filter(store=store)
+
+
+def memory_version_get(*, store: MemoryStore, version_id: str) -> MemoryVersion:
+    version = memory_versions(store=store).filter(pk=version_id).first()
+    if version is None:
+        raise not_found(f"Memory version {version_id} not found.")
+    return version

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.errors import flatten_validation_detail, invalid_request, not_found
+from registry.core.errors import flatten_validation_detail, invalid_request
 from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_response, resource_schema
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
@@ -69,10 +69,7 @@ class MemoryViewSet(StoreContentsViewSet):
     operation_name = "memory"
 
     def memory(self) -> Memory:
-        memory = Memory.objects.filter(store=self.store(), pk=self.kwargs["memory_id"]).select_related("store").first()
-        if memory is None:
-            raise not_found(f"Memory {self.kwargs['memory_id']} not found.")
-        return memory
+        return selectors.memory_get(store=self.store(), memory_id=self.kwargs["memory_id"])
 
     @extend_schema(request=MemoryCreateSerializer, responses=MemorySerializer)
     def create(self, request: Request, id: str) -> Response:
@@ -162,10 +159,7 @@ class MemoryVersionViewSet(StoreContentsViewSet):
     pagination = KeysetPagination()
 
     def version(self) -> MemoryVersion:
-        version = MemoryVersion.objects.filter(store=self.store(), pk=self.kwargs["version_id"]).first()
-        if version is None:
-            raise not_found(f"Memory version {self.kwargs['version_id']} not found.")
-        return version
+        return selectors.memory_version_get(store=self.store(), version_id=self.kwargs["version_id"])
 
     @extend_schema(
         parameters=[
@@ -178,7 +172,7 @@ class MemoryVersionViewSet(StoreContentsViewSet):
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         full = selectors.parse_view(request.query_params.get("view"), "basic")
-        versions = MemoryVersionFilter(request.query_params, queryset=MemoryVersion.objects.filter(store=self.store()))
+        versions = MemoryVersionFilter(request.query_params, queryset=selectors.memory_versions(store=self.store()))
         if not versions.is_valid():
             raise serializers.ValidationError(versions.errors)
         rows, links = self.pagination.paginate(versions.qs, request)

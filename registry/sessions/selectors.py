@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from registry.core.errors import not_found
 from registry.core.serialization import timestamp
 from registry.sessions.events import ENVELOPE_FIELDS, NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES
 from registry.sessions.models import Session, SessionEvent
@@ -108,3 +109,10 @@ def latest_outcome(session: Session) -> dict[str, Any] | None:
         "max_iterations": defined.body["max_iterations"],
         "completed_at": None,
     }
+
+
+def session_in_workspace(*, workspace_id: str, session_id: str) -> Session:
+    session = Session.objects.filter(workspace_id=workspace_id, pk=session_id).first()
+    if session is None:
+        raise not_found(f"No session {session_id} in workspace {workspace_id}.")
+    return session

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from registry.core.errors import not_found
 from registry.core.serialization import timestamp
 from registry.vaults.models import Vault, VaultCredential
 
@@ -58,3 +60,15 @@ def mcp_credential_for(*, vault_ids: list[str], workspace_id: str, server_url: s
 def oauth_expired(credential: VaultCredential) -> bool:
     expires_at = credential.auth.get("expires_at")
     return bool(expires_at) and datetime.fromisoformat(expires_at) <= timezone.now()
+
+
+def vault_credentials(*, vault: Vault, include_archived: bool) -> QuerySet[VaultCredential]:
+    credentials = VaultCredential.objects.filter(vault=vault)
+    return credentials if include_archived else credentials.filter(archived_at__isnull=True)
+
+
+def credential_get(*, vault: Vault, credential_id: str) -> VaultCredential:
+    credential = VaultCredential.objects.filter(vault=vault, pk=credential_id).first()
+    if credential is None:
+        raise not_found(f"Credential {credential_id} not found.")
+    return credential

@@ -8,7 +8,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.errors import not_found
 from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_response, resource_schema
 from registry.core.services import resource_archive
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
@@ -46,16 +45,12 @@ class CredentialViewSet(WorkspaceViewSet):
     operation_name = "vault_credential"
 
     def credential(self) -> VaultCredential:
-        credential = VaultCredential.objects.filter(vault=self.get_object(), pk=self.kwargs["credential_id"]).first()
-        if credential is None:
-            raise not_found(f"Credential {self.kwargs['credential_id']} not found.")
-        return credential
+        return selectors.credential_get(vault=self.get_object(), credential_id=self.kwargs["credential_id"])
 
     @extend_schema(parameters=LIST_PARAMETERS, responses=list_response("CredentialList", CredentialSerializer))
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        credentials = VaultCredential.objects.filter(vault=self.get_object())
-        if request.query_params.get("include_archived", "").lower() not in ("true", "1"):
-            credentials = credentials.filter(archived_at__isnull=True)
+        archived = request.query_params.get("include_archived", "").lower() in ("true", "1")
+        credentials = selectors.vault_credentials(vault=self.get_object(), include_archived=archived)
         rows, links = self.pagination.paginate(credentials, request)
         return self.pagination.response([selectors.render_credential(row) for row in rows], links)
 
