@@ -1,7 +1,8 @@
 """The `cost_model` plugin kinds: where model prices come from when a destination has no `pricing` of its own.
 
-`seed` (a built-in table), `static_table` (a file or an inline table), `http_refresh` (a JSON table fetched
-every N seconds), `registry` (the registry's pricing extension group) and `layered` (first hit wins).
+`seed` (the maintained `genai-prices` dataset, then a few neutral example ids), `static_table` (a file or an
+inline table), `http_refresh` (a JSON table fetched every N seconds), `registry` (the registry's pricing
+extension group) and `layered` (first hit wins).
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from importlib.metadata import version
 from typing import Any
 
 import orjson
@@ -23,7 +27,7 @@ from gatewayproxy.vaults.resolvers import Fetch, read_token_file
 
 logger = logging.getLogger("gatewayproxy.pricing")
 PRICE_FIELDS = tuple(Pricing.model_fields)
-# Neutral model ids of the examples, at list prices (USD per million tokens).
+# Neutral model ids of the examples, at list prices (USD per million tokens); the dataset is asked first.
 SEED_TABLE: dict[str, Pricing] = {
     "gpt-4o": Pricing(input_per_1m=2.5, output_per_1m=10.0, cache_read_per_1m=1.25),
     "gpt-4o-mini": Pricing(input_per_1m=0.15, output_per_1m=0.6, cache_read_per_1m=0.075),
@@ -127,10 +131,74 @@ class CostModel:
         """Stop background refreshes."""
 
 
+# Our destination kinds and the dataset's provider ids (None: let the dataset guess from the model id).
+DATASET_PROVIDERS: dict[str, str | None] = {
+    "vendor_a": "openai",
+    "vendor_b": "anthropic",
+    "cloud_vendor_c": "azure",
+    "vendor_d": "aws",
+    "vendor_e": "google",
+    "vendor_a_compatible": None,
+}
+# The dataset's price keys (USD per million tokens) and our fields.
+DATASET_FIELDS = {
+    "input_mtok": "input_per_1m",
+    "output_mtok": "output_per_1m",
+    "cache_read_mtok": "cache_read_per_1m",
+    "cache_write_mtok": "cache_write_per_1m",
+    "cache_write_1h_mtok": "cache_write_1h_per_1m",
+    "output_reasoning_mtok": "reasoning_output_per_1m",
+}
+
+
+def _base_rate(value: Any) -> float | None:
+    """A flat rate, or the base rate of a tiered one (tiers start past the long-context threshold)."""
+    if isinstance(value, Decimal):
+        return float(value)
+    base = getattr(value, "base", None)
+    return float(base) if isinstance(base, Decimal) else None
+
+
 class SeedModel(CostModel):
-    """The built-in table of a few well-known models."""
+    """Prices from the `genai-prices` dataset (a pinned package, refreshed by upgrading it), keyed by the
+    dataset's provider for our destination kind and the upstream model id (dated ids resolve to their model),
+    at the prices in effect today; the neutral example ids of `SEED_TABLE` after it."""
 
     kind = "seed"
+    DATASET = "genai-prices"
+
+    def __init__(self, name: str, table: PriceTable | None = None) -> None:
+        super().__init__(name, table)
+        # Imported here: loading the dataset takes ~20 ms, paid only by gateways that configure `seed`.
+        from genai_prices import data_snapshot
+
+        self._snapshot = data_snapshot.get_snapshot()
+        self.dataset = f"{self.DATASET}@{version(self.DATASET)}"
+
+    @property
+    def revision(self) -> int:
+        """Today's date: date-effective prices change at midnight UTC, so the pricer's memo starts over daily."""
+        return datetime.now(UTC).toordinal()
+
+    def lookup(self, provider: str, model: str) -> Found | None:
+        found = self.dataset_lookup(provider, model)
+        return found if found is not None else super().lookup(provider, model)
+
+    def dataset_lookup(self, provider: str, model: str, on: date | None = None) -> Found | None:
+        """The dataset's prices of `model` at our provider kind `provider`, effective on `on` (default today)."""
+        if provider not in DATASET_PROVIDERS:
+            return None
+        try:
+            _, info = self._snapshot.find_provider_model(model, None, DATASET_PROVIDERS[provider], None)
+        except LookupError:
+            return None
+        moment = datetime.combine(on, datetime.min.time(), UTC) if on else datetime.now(UTC)
+        prices = info.get_prices(moment)
+        fields = {ours: _base_rate(getattr(prices, theirs, None)) for theirs, ours in DATASET_FIELDS.items()}
+        pricing = Pricing(**{field: rate for field, rate in fields.items() if rate is not None})
+        if pricing.input_per_1m is None and pricing.output_per_1m is None:
+            return None  # priced by the image, the second or the request only: not a token price
+        return pricing, f"{self.source}/{self.dataset}"
 
 
 class StaticTableModel(CostModel):

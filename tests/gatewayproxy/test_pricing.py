@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ USAGE = Usage(
     reasoning_tokens=100_000,
 )
 REGISTRY_PATH = "/apis/pricing.registry.local/v1/modelprices"
+DATASET = f"genai-prices@{version('genai-prices')}"
 
 
 async def no_fetch(url: str, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
@@ -130,10 +133,22 @@ def test_upstream_id_first_then_client_id_and_provider_entries_first() -> None:
     assert prices.cost("nowhere", "client", Usage(input_tokens=1)) is None
 
 
-def test_seed_table_prices_well_known_models() -> None:
+def test_seed_table_prices_the_neutral_example_ids() -> None:
     resolved = pricer({"kind": "seed"}).resolve("b", "claude-sonnet")
     assert resolved is not None and resolved.source == "seed:prices"
     assert resolved.pricing.input_per_1m == 3.0 and resolved.pricing.cache_write_1h_per_1m == 6.0
+
+
+def test_seed_dataset_has_date_effective_prices() -> None:
+    from gatewayproxy.plugins.cost_models import SeedModel
+
+    seed = SeedModel("prices")
+    # The dataset records Bedrock's 2026-07-30 price cut of this model; each day sees its own price.
+    before = seed.dataset_lookup("vendor_d", "us.openai.gpt-5.6-luna", on=date(2026, 7, 20))
+    after = seed.dataset_lookup("vendor_d", "us.openai.gpt-5.6-luna", on=date(2026, 8, 20))
+    assert before is not None and after is not None
+    assert before[0].input_per_1m == 1.1 and after[0].input_per_1m == 0.22
+    assert before[1] == f"seed:prices/{DATASET}"
 
 
 def test_static_table_from_a_file(tmp_path: Path) -> None:
@@ -162,7 +177,11 @@ def test_layered_first_hit_wins() -> None:
     sonnet, four_o = prices.resolve("a", "claude-sonnet"), prices.resolve("a", "gpt-4o")
     assert sonnet is not None and sonnet.pricing.input_per_1m == 99
     assert sonnet.source == "layered:prices/static_table:mine"
-    assert four_o is not None and four_o.pricing.input_per_1m == 2.5 and four_o.source == "layered:prices/seed:base"
+    assert (
+        four_o is not None
+        and four_o.pricing.input_per_1m == 2.5
+        and four_o.source == f"layered:prices/seed:base/{DATASET}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -283,12 +302,12 @@ def test_resolve_endpoint_answers(primary: FakeProvider) -> None:
         "provider": "vendor_a",
         "model": "gpt-4o",
         "destination": "a",
-        "source": "destination:a+seed:prices",
+        "source": f"destination:a+seed:prices/{DATASET}",
         "pricing": {"input_per_1m": 0.5, "output_per_1m": 10.0, "cache_read_per_1m": 1.25},
         "sources": {
             "input_per_1m": "destination:a",
-            "output_per_1m": "seed:prices",
-            "cache_read_per_1m": "seed:prices",
+            "output_per_1m": f"seed:prices/{DATASET}",
+            "cache_read_per_1m": f"seed:prices/{DATASET}",
         },
     }
     assert by_provider.json()["destination"] is None and by_provider.json()["source"] == "seed:prices"
@@ -315,3 +334,62 @@ def test_cost_is_cheap_and_follows_table_changes() -> None:
     prices.cost_model.replace({"m": Pricing(input_per_1m=3)})
     assert prices.cost("a", "m", usage) == pytest.approx(3)
     asyncio.run(prices.cost_model.close())
+
+
+# Real upstream ids of five provider kinds, dated ones included, and the list prices the dataset gives them.
+REAL_MODELS = [
+    ("vendor_a", "gpt-4o-mini-2024-07-18", 0.15, 0.6, 0.075, None),
+    ("vendor_a", "gpt-4o", 2.5, 10, 1.25, None),
+    ("vendor_a", "gpt-4.1", 2, 8, 0.5, None),
+    ("vendor_a", "o3-mini", 1.1, 4.4, 0.55, None),
+    ("vendor_a", "o1", 15, 60, 7.5, None),
+    ("vendor_b", "claude-3-5-sonnet-20241022", 3, 15, 0.3, 3.75),
+    ("vendor_b", "claude-sonnet-4-5", 3, 15, 0.3, 3.75),
+    ("vendor_b", "claude-3-5-haiku-20241022", 0.8, 4, 0.08, 1),
+    ("vendor_b", "claude-opus-4-1-20250805", 15, 75, 1.5, 18.75),
+    ("vendor_b", "claude-3-opus-20240229", 15, 75, 1.5, 18.75),
+    ("cloud_vendor_c", "gpt-4o", 2.5, 10, 1.25, None),
+    ("cloud_vendor_c", "gpt-4o-mini", 0.15, 0.6, 0.075, None),
+    ("cloud_vendor_c", "gpt-35-turbo", 0.5, 1.5, None, None),
+    ("cloud_vendor_c", "o3-mini", 1.1, 4.4, 0.55, None),
+    ("vendor_d", "anthropic.claude-3-5-sonnet-20241022-v2:0", 3, 15, 0.3, 3.75),
+    ("vendor_d", "us.anthropic.claude-3-7-sonnet-20250219-v1:0", 3, 15, 0.3, 3.75),
+    ("vendor_d", "amazon.nova-pro-v1:0", 0.8, 3.2, 0.2, None),
+    ("vendor_d", "meta.llama3-1-70b-instruct-v1:0", 0.72, 0.72, None, None),
+    ("vendor_e", "gemini-1.5-pro-002", 1.25, 5, None, None),
+    ("vendor_e", "gemini-2.0-flash-001", 0.1, 0.4, 0.025, None),
+    ("vendor_e", "gemini-2.5-pro", 1.25, 10, 0.125, None),
+    ("vendor_e", "gemini-2.5-flash", 0.3, 2.5, 0.03, None),
+    ("vendor_e", "claude-3-5-sonnet-v2@20241022", 3, 15, 0.3, 3.75),
+]
+
+
+def test_seed_resolves_real_model_ids_of_five_provider_kinds_without_an_operator_table(
+    primary: FakeProvider,
+) -> None:
+    with gateway_with(config({"kind": "seed"})) as gateway:
+        answers = [(row, resolve(gateway, provider=row[0], model=row[1])) for row in REAL_MODELS]
+    for (provider, model, input_rate, output_rate, cache_read, cache_write), answer in answers:
+        assert answer.status_code == 200, (provider, model, answer.text)
+        found = answer.json()
+        assert found["source"] == f"seed:prices/{DATASET}", (provider, model)
+        assert found["pricing"]["input_per_1m"] == input_rate, (provider, model)
+        assert found["pricing"]["output_per_1m"] == output_rate, (provider, model)
+        assert found["pricing"].get("cache_read_per_1m") == cache_read, (provider, model)
+        assert found["pricing"].get("cache_write_per_1m") == cache_write, (provider, model)
+    assert len({provider for provider, *_ in REAL_MODELS}) == 5 and len(REAL_MODELS) >= 20
+
+
+def test_seed_prices_the_upstream_id_after_model_map_and_operator_tables_override() -> None:
+    prices = pricer({"kind": "seed"}, model_map={"mini": "gpt-4o-mini-2024-07-18"})
+    resolved = prices.resolve("a", "mini")
+    assert resolved is not None and resolved.pricing.input_per_1m == 0.15
+    assert resolved.source == f"seed:prices/{DATASET}"
+    own = pricer({"kind": "seed"}, pricing={"input_per_1m": 9}).resolve("a", "gpt-4o")
+    assert own is not None and own.pricing.input_per_1m == 9 and own.pricing.output_per_1m == 10
+    layers = [
+        {"name": "mine", "kind": "static_table", "table": {"gpt-4o": {"input_per_1m": 99}}},
+        {"name": "base", "kind": "seed"},
+    ]
+    table_first = pricer({"kind": "layered", "layers": layers}).resolve("a", "gpt-4o")
+    assert table_first is not None and table_first.pricing.input_per_1m == 99
