@@ -17,7 +17,7 @@ import httpx
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.live import free_port
+from tests.support.live import free_port
 
 HI = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": HI}

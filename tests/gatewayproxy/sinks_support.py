@@ -8,7 +8,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,17 +23,6 @@ from tests.gatewayproxy.fake_provider import FakeProvider
 
 POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 HI = [{"role": "user", "content": "hi"}]
-
-
-def wait_until(condition: Callable[[], Any], *, timeout: float = 15, what: str = "condition") -> Any:
-    """Poll `condition` until it returns something truthy; that value is returned."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @contextlib.contextmanager

@@ -27,8 +27,8 @@ from tests.gatewayproxy.sinks_support import (
     metric,
     static_vault,
     two_shapes,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 KEYS = {"key-alice": ("alice", "red")}

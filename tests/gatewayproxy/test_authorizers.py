@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,28 +21,15 @@ from gatewayproxy.state import build_state
 from tests.gatewayproxy.decision_servers import HANG, JsonServer, serving
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
+from tests.support.identity import write_identity
 
 pytestmark = pytest.mark.e2e
-CALLERS = {"key-alice": ("alice", {"team": "red"}), "key-bob": ("bob", {"team": "blue"}), "key-carol": ("carol", {})}
 ACL = {
     "rules": [
         {"name": "alice", "principal": "alice", "models": ["a-*"]},
         {"name": "blue-team", "scope": {"team": "blue"}, "paths": ["/v1/messages"]},
     ]
 }
-
-
-def write_identity(directory: Path) -> dict[str, Any]:
-    """The api_key validator of the three callers, with its keys file under `directory`."""
-    keys = [
-        {"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, "scope": scope}
-        for key, (principal, scope) in CALLERS.items()
-    ]
-    (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
-    return {
-        "scope_dims": ["team"],
-        "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(directory / "keys.yaml")}],
-    }
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import yaml
 
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.gatewayproxy.test_authorizers import write_identity
+from tests.support.identity import write_identity
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"

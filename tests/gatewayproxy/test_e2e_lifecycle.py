@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,16 +18,11 @@ from django.core.management import CommandError, call_command
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import wait_ready
+from tests.support.live import free_port, rungateway
 
 pytestmark = pytest.mark.e2e
 PROJECT = Path(__file__).resolve().parents[2]
 HI = [{"role": "user", "content": "hi"}]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_config(directory: Path, document: dict[str, Any]) -> Path:
@@ -49,16 +42,6 @@ def base_document(provider: FakeProvider) -> dict[str, Any]:
         "destinations": {"one": {"kind": "vendor_a", "base_url": f"{provider.url}/v1", "credentials": {"vault": "v"}}},
         "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
     }
-
-
-def rungateway(config: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "rungateway", "--config", str(config), *extra],
-        cwd=PROJECT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import yaml
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import wait_ready
 from tests.gatewayproxy.limits_support import CHAT, document, redis_limiter
-from tests.gatewayproxy.test_e2e_lifecycle import free_port, rungateway
+from tests.support.live import free_port, rungateway
 
 pytestmark = pytest.mark.e2e
 SHARED_REDIS = "redis://127.0.0.1:6379/0"

@@ -26,7 +26,7 @@ from gatewayproxy.plugins.rate_limiters import (
     RedisWindowOptions,
     RedisWindowStore,
 )
-from tests.live import free_port, private_redis
+from tests.support.live import free_port, private_redis
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
 Result = TypeVar("Result")

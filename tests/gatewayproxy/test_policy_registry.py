@@ -27,7 +27,7 @@ from tests.gatewayproxy.policy_support import (
     gateway_document,
     poll,
 )
-from tests.live import live_registry
+from tests.support.live import live_registry
 
 pytestmark = pytest.mark.e2e
 with_database = pytest.mark.django_db(transaction=True)

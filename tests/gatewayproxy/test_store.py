@@ -19,10 +19,10 @@ from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.store import selectors, services
 from gatewayproxy.store.document import EntryKey, EntryMissing
 from gatewayproxy.store.source import read_validated
-from tests import live
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import wait_ready
 from tests.gatewayproxy.store_harness import import_document, provider_document
+from tests.support import live
 
 PROJECT = Path(__file__).resolve().parents[2]
 

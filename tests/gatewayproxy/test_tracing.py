@@ -27,7 +27,7 @@ from gatewayproxy.state import build_state
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.policy_support import chat, gateway_document
-from tests.live import ROOT
+from tests.support.live import ROOT
 
 pytestmark = pytest.mark.e2e
 

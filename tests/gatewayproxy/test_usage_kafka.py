@@ -19,8 +19,9 @@ from gatewayproxy.plugins.sinks.kafka_options import SchemaRegistry
 from gatewayproxy.server.upstream import UpstreamPool
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, RecordingProcessor, metric, static_vault, two_shapes, wait_until
-from tests.live import free_port
+from tests.gatewayproxy.sinks_support import HI, RecordingProcessor, metric, static_vault, two_shapes
+from tests.support.live import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 RECORD = {

@@ -23,8 +23,8 @@ from tests.gatewayproxy.sinks_support import (
     scratch_table,
     static_vault,
     two_shapes,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 KEYS = {"key-alice": ("alice", "red"), "key-bob": ("bob", "blue")}

@@ -13,7 +13,8 @@ import pytest
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes, wait_until
+from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

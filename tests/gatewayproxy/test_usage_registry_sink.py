@@ -16,8 +16,9 @@ from registry.internal.models import UsageRecord
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes, wait_until
-from tests.live import live_registry
+from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes
+from tests.support.live import live_registry
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}

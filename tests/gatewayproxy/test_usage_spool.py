@@ -21,9 +21,9 @@ from tests.gatewayproxy.sinks_support import (
     scratch_table,
     static_vault,
     two_shapes,
-    wait_until,
 )
-from tests.live import free_port
+from tests.support.live import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 MAX_EVENTS = 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,3 +42,14 @@ def refusing_url() -> Iterator[str]:
         bound.bind(("127.0.0.1", 0))
         host, port = bound.getsockname()
         yield f"http://{host}:{port}/userinfo"
+
+
+@pytest.fixture
+def uploads_dir(settings, tmp_path: Path) -> Path:
+    """The default storage pointed at a directory of this test, so tests leave nothing behind."""
+    location = tmp_path / "uploads"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": location}},
+    }
+    return location

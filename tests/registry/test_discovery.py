@@ -8,8 +8,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.live import free_port, live_registry
 from tests.registry.helpers import assert_error
+from tests.support.live import free_port, live_registry
 
 
 @pytest.mark.django_db

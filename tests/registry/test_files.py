@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import anthropic
 import httpx
@@ -14,38 +13,12 @@ from django.utils import timezone
 
 from registry.files.models import File
 from tests.conftest import make_tenant
-from tests.live import live_registry
 from tests.registry.helpers import assert_error
+from tests.support.live import live_registry
+from tests.support.uploads import multipart, stored_objects
 
 # Every byte value, so the round trip proves nothing is decoded or re-encoded on the way.
 PAYLOAD = bytes(range(256)) * 40
-
-
-@pytest.fixture
-def uploads_dir(settings, tmp_path: Path) -> Path:
-    """The default storage pointed at a directory of this test, so tests leave nothing behind."""
-    location = tmp_path / "uploads"
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": location}},
-    }
-    return location
-
-
-def stored_objects(location: Path) -> list[Path]:
-    return [path for path in location.rglob("*") if path.is_file()] if location.exists() else []
-
-
-def multipart(parts: list[tuple[str, str | None, str | None, bytes]], boundary: str = "b0undary") -> tuple[bytes, str]:
-    """A multipart body from (field name, filename, content type, bytes), filenames sent verbatim."""
-    body = b""
-    for name, filename, content_type, data in parts:
-        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename is not None else "")
-        headers = f"Content-Disposition: {disposition}\r\n" + (
-            f"Content-Type: {content_type}\r\n" if content_type else ""
-        )
-        body += f"--{boundary}\r\n{headers}\r\n".encode() + data + b"\r\n"
-    return body + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
 def upload(api, parts, **extra):

@@ -23,7 +23,7 @@ from registry.triggers import services
 from registry.triggers.models import Trigger, TriggerFire
 from registry.triggers.schedule import next_fire_after
 from registry.triggers.scheduler import run_once
-from tests import live
+from tests.support import live
 
 MINUTE = timedelta(minutes=1)
 

@@ -12,9 +12,9 @@ import pytest
 from registry.skills.models import Skill, SkillFile
 from tests.conftest import make_tenant
 from tests.registry.helpers import assert_error
-from tests.registry.test_files import multipart, stored_objects, uploads_dir
+from tests.support.uploads import multipart, stored_objects
 
-pytestmark = pytest.mark.usefixtures(uploads_dir.__name__)
+pytestmark = pytest.mark.usefixtures("uploads_dir")
 
 MANIFEST = b"---\nname: pdf-tools\ndescription: Fill and read PDF forms.\n---\n\n# PDF tools\n"
 BUNDLE = {"pdf-tools/SKILL.md": MANIFEST, "pdf-tools/scripts/fill.py": b"print('fill')\n"}

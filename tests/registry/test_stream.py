@@ -19,7 +19,7 @@ from django.db import connection
 from registry.sessions import notify, services
 from registry.sessions.models import SessionEvent
 from tests.conftest import make_tenant
-from tests.live import live_registry, private_redis
+from tests.support.live import live_registry, private_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TEXT = [{"type": "text", "text": "x"}]

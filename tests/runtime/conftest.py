@@ -19,8 +19,10 @@ from django.db import connections
 
 from tests.conftest import make_tenant
 from tests.runtime.fake_model import FakeModel
-from tests.runtime.helpers import MODEL, Conversation, LiveRegistry, Process, WorkerPool, free_port, wait_until
+from tests.runtime.helpers import MODEL, Conversation, LiveRegistry, Process, WorkerPool
 from tests.runtime.mcp_server import ShopMcpServer
+from tests.support.live import free_port
+from tests.support.waiting import wait_until
 
 MODEL_KEY = "test-model-key"
 LEASE_SECONDS = "2"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -15,14 +14,9 @@ from typing import Any, cast
 import anthropic
 
 from tests.runtime import fake_model as replies
+from tests.support.waiting import wait_until
 
 MODEL = "claude-test-model"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Process:
@@ -160,14 +154,6 @@ class Conversation:
     def wait_idle(self, count: int = 1, **options: Any) -> list[dict[str, Any]]:
         """The events once the session went idle `count` times."""
         return self.wait_for(lambda events: len(stop_reasons(events)) >= count, **options)
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float = 20, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def grading_in_flight(model: Any, open_session: Callable[..., Conversation], grader_delay: float) -> Conversation:

@@ -12,7 +12,8 @@ import pytest
 
 from registry.sandbox.backend import host_uid
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import of_type, stop_reasons, text_of, transcript, wait_until
+from tests.runtime.helpers import of_type, stop_reasons, text_of, transcript
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -16,9 +16,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.live import ROOT, live_registry_process
 from tests.runtime import fake_model as replies
 from tests.runtime.fake_model import FakeModel
+from tests.support.live import ROOT, live_registry_process
 
 pytestmark = [pytest.mark.e2e]
 

@@ -9,7 +9,8 @@ import pytest
 
 from registry.sessions.models import Session
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import grading_in_flight, of_type, stop_reasons, text_of, wait_until
+from tests.runtime.helpers import grading_in_flight, of_type, stop_reasons, text_of
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,8 @@ import jwt
 import pytest
 
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import MODEL, of_type, shop_agent, stop_reasons, text_of, transcript, wait_until
+from tests.runtime.helpers import MODEL, of_type, shop_agent, stop_reasons, text_of, transcript
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

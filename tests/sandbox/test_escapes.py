@@ -16,7 +16,7 @@ import pytest
 
 from registry.sandbox.backend import SandboxUnavailable, check_traversable
 from registry.sandbox.toolset import run_tool
-from tests.runtime.helpers import wait_until
+from tests.support.waiting import wait_until
 
 PROJECT = Path(__file__).resolve().parents[2]
 CANARY_FILE = Path("/tmp") / f"sandbox-canary-{os.getpid()}"

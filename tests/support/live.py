@@ -1,4 +1,5 @@
-"""Live servers for end-to-end tests: the registry under daphne, a private Redis, on free loopback ports."""
+"""Live servers and processes for end-to-end tests: the registry under daphne, `rungateway`, a private
+Redis, on free loopback ports."""
 
 from __future__ import annotations
 
@@ -16,13 +17,24 @@ from pathlib import Path
 import httpx
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def rungateway(config: Path, *extra: str) -> subprocess.Popen[str]:
+    """`manage.py rungateway --config <config>` with its output piped (text)."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "rungateway", "--config", str(config), *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_database_url() -> str:
