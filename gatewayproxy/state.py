@@ -11,7 +11,8 @@ from gatewayproxy.adapters.registry import adapter_class
 from gatewayproxy.config.loader import LoadedConfig
 from gatewayproxy.config.models import MODEL_KINDS, GatewayConfig
 from gatewayproxy.metrics import GatewayMetrics
-from gatewayproxy.pipeline import audit, authorize, guardrails, limits, policy, tracing, usage
+from gatewayproxy.pipeline import audit, authorize, cache, guardrails, limits, policy, tracing, usage
+from gatewayproxy.pipeline.cache import CacheStage
 from gatewayproxy.pipeline.deps import StageDeps
 from gatewayproxy.pipeline.identity import IdentityStage
 from gatewayproxy.pipeline.pricing import Pricer
@@ -38,7 +39,16 @@ def served_models(config: GatewayConfig) -> list[str]:
 
 def build_stages(deps: StageDeps) -> list[Stage]:
     """The snapshot's stages in pipeline order: who may ask, policy, limits, content, then the records."""
-    builders = (authorize.build, policy.build, limits.build, guardrails.build, usage.build, audit.build, tracing.build)
+    builders = (
+        cache.build,  # first: it settles a cache hit's cost to zero before the limits and records see it
+        authorize.build,
+        policy.build,
+        limits.build,
+        guardrails.build,
+        usage.build,
+        audit.build,
+        tracing.build,
+    )
     return [stage for builder in builders for stage in builder(deps)]
 
 
@@ -65,6 +75,11 @@ class GatewayState:
     def runner(self) -> StageRunner:
         """The stages' admission and settlement around each request."""
         return StageRunner(self.stages, self.pricer)
+
+    @functools.cached_property
+    def cache(self) -> CacheStage | None:
+        """The response cache (`plugins.cache`), when one is configured."""
+        return next((stage for stage in self.stages if isinstance(stage, CacheStage)), None)
 
     @functools.cached_property
     def output_inspectors(self) -> list[Stage]:

@@ -154,6 +154,4 @@ def config_warnings(config: GatewayConfig) -> list[str]:
             warnings.append(f"rate_limits[{i}].budget_usd_per_day is deprecated; use a policy guardrail")
     if config.server.tls is not None:
         warnings.append("server.tls is validated but the listeners stay plain TCP; terminate TLS at an ingress")
-    if config.plugins.cache is not None:
-        warnings.append("plugins.cache is built but responses are not cached")
     return warnings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {
     "rate_limiter": ("token_bucket_local", "redis_window"),
-    "cache": ("redis_exact",),
+    "cache": ("redis_exact", "memory_exact"),
     "cost_model": ("seed", "static_table", "http_refresh", "registry", "layered"),
     "guardrails": ("pii_regex", "llm_evaluator", "ext_proc"),
     "authorizers": ("yaml_acl", "opa_http", "ext_proc", "allow_all"),

@@ -11,6 +11,7 @@ from typing import Any
 from gatewayproxy.config.models import GatewayConfig
 from gatewayproxy.context import RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.pipeline.cache import cache_hit
 from gatewayproxy.pipeline.deps import StageDeps
 from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.sinks.base import Record, SinkError
@@ -43,6 +44,7 @@ AVRO_SCHEMA: dict[str, Any] = {
         {"name": "latency_ms", "type": "double"},
         {"name": "streamed", "type": "boolean"},
         {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "cache_hit", "type": "boolean", "default": False},
     ],
 }
 
@@ -108,6 +110,7 @@ def usage_record(context: RequestContext, allowlist: dict[str, str]) -> Record:
         "latency_ms": latency_ms(context),
         "streamed": context.stream,
         "tags": request_tags(context, allowlist),
+        "cache_hit": cache_hit(context),
     }
 
 
@@ -133,7 +136,7 @@ class UsageStage(Stage):
         await asyncio.gather(*(pipeline.close() for pipeline in self.pipelines))
 
     def settle(self, context: RequestContext) -> None:
-        if not reached_upstream(context):
+        if not reached_upstream(context) and not cache_hit(context):
             return
         record = usage_record(context, self.allowlist)
         for pipeline in self.pipelines:

@@ -141,7 +141,10 @@ class DataPlane:
         context.route = route.name
         context.plan = plan = route.plan(context)
         await state.runner.admit(context)
-        return await Dispatch(self.runtime.pool, self.runtime.metrics, context, plan, finish).run()
+        dispatch = Dispatch(self.runtime.pool, self.runtime.metrics, context, plan, finish)
+        if state.cache is None:
+            return await dispatch.run()
+        return await state.cache.serve(context, dispatch.run, finish)
 
     def finish(self, context: RequestContext) -> None:
         """Account for a served request once its last byte is known."""
