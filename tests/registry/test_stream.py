@@ -203,8 +203,11 @@ def test_refusals_are_json_errors(setup):
 
 
 # -- soak ---------------------------------------------------------------------------------------
-async def resuming_reader(url: str, api_key: str, rng: random.Random) -> list[int]:
-    """Read until the terminal event, dropping the connection at random and resuming after the last id."""
+async def resuming_reader(
+    url: str, api_key: str, rng: random.Random, opened: threading.Semaphore | None = None
+) -> list[int]:
+    """Read until the terminal event, dropping the connection at random and resuming after the last id;
+    `opened` is released once, when the first connection is answered."""
     received: list[int] = []
     cursor = 1
     async with httpx.AsyncClient(timeout=60) as client:
@@ -213,6 +216,9 @@ async def resuming_reader(url: str, api_key: str, rng: random.Random) -> list[in
             buffer = ""
             async with client.stream("GET", url, headers={"x-api-key": api_key, "Last-Event-ID": str(cursor)}) as r:
                 assert r.status_code == 200
+                if opened is not None:
+                    opened.release()
+                    opened = None
                 async for chunk in r.aiter_text():
                     buffer += chunk
                     *blocks, buffer = buffer.split("\n\n")
@@ -226,6 +232,9 @@ async def resuming_reader(url: str, api_key: str, rng: random.Random) -> list[in
                         drop_after -= 1
                     if drop_after <= 0:
                         break
+
+
+READERS = 50
 
 
 def run_soak(
@@ -242,12 +251,16 @@ def run_soak(
 
     async def readers() -> list[list[int]]:
         stream_url = f"{url}/v1/sessions/{session_id}/events/stream"
-        return await asyncio.gather(*(resuming_reader(stream_url, api_key, random.Random(seed)) for seed in range(50)))
+        return await asyncio.gather(
+            *(resuming_reader(stream_url, api_key, random.Random(seed), opened) for seed in range(READERS))
+        )
 
     results: list[list[list[int]]] = []
+    opened = threading.Semaphore(0)
     reader_thread = threading.Thread(target=lambda: results.append(asyncio.run(readers())))
     reader_thread.start()
-    time.sleep(1.0)  # let the streams open before the writers start
+    for _ in range(READERS):  # every stream is open before the writers start
+        assert opened.acquire(timeout=60), "a stream did not open"
     threads = [threading.Thread(target=write, args=(index,)) for index in range(writers)]
     for thread in threads:
         thread.start()

@@ -160,7 +160,11 @@ def test_archiving_mid_turn_stops_the_worker(model, open_session):
     wait_until(lambda: len(model.requests) == 1, what="the model call")
     chat.sdk.beta.sessions.archive(chat.session_id)
     chat.wait_for(lambda events: bool(of_type(events, "session.status_terminated")))
-    time.sleep(1)  # the worker notices at its next checkpoint and writes nothing more
+    # The worker notices at its next checkpoint, writes nothing more and lets the session go.
+    wait_until(
+        lambda: Session.objects.filter(pk=chat.session_id, lease_owner__isnull=True).exists(),
+        what="the worker to release the archived session",
+    )
     events = chat.events()
     assert events[-1]["type"] == "session.status_terminated"
     assert of_type(events, "agent.message") == [] and stop_reasons(events) == []
