@@ -1,6 +1,7 @@
 """The gateway's composition root: build the state, bind the data and admin listeners, swap snapshots on reload
 (retiring the old one once its requests finish), drain on SIGTERM, and run N worker processes that share the
-ports through SO_REUSEPORT."""
+ports through SO_REUSEPORT. Each listener may speak TLS; the data listener caps its concurrent requests; each
+snapshot sets the upstream pool's per-origin limits."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from typing import Protocol as Interface
 import uvloop
 
 from gatewayproxy.config.loader import LoadedConfig
+from gatewayproxy.config.models import Tls
 from gatewayproxy.http.connection import HttpLimits
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.planes.admin import AdminPlane, ConfigWriter
-from gatewayproxy.planes.data import DataPlane
-from gatewayproxy.server.protocol import ConnectionTracker, Handler, HttpProtocol, Timeouts
-from gatewayproxy.server.upstream import UpstreamPool
+from gatewayproxy.planes.data import DataPlane, protocol_of_path
+from gatewayproxy.server.protocol import Capacity, ConnectionTracker, Handler, HttpProtocol, ProtocolOf, Timeouts
+from gatewayproxy.server.tls import ServerTls
+from gatewayproxy.server.upstream import Origin, UpstreamLimits, UpstreamPool
+from gatewayproxy.server.workers import WorkerSet
 from gatewayproxy.state import GatewayState, Runtime, build_state
 
 logger = logging.getLogger("gatewayproxy.server")
@@ -60,12 +64,43 @@ def split_address(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Listener:
-    """One bound server with the connections it tracks."""
+def upstream_limits(state: GatewayState) -> dict[tuple[str, str, int], UpstreamLimits]:
+    """Each destination origin's connection cap and wait; model destinations also get the stream idle timeout
+    as their read timeout (an MCP server may rightly stay silent longer). Destinations sharing an origin share
+    the most generous cap."""
+    config = state.config
+    idle = config.server.stream_idle_timeout_ms / 1000
+    origins: dict[tuple[str, str, int], UpstreamLimits] = {}
+    for name, destination in config.destinations.items():
+        adapter = state.adapters.get(name)
+        if adapter is not None:
+            origin, read_timeout = adapter.origin, idle
+        else:
+            url = destination.base_url or destination.url
+            try:
+                origin = Origin.parse(url or "")
+            except ValueError:
+                continue
+            read_timeout = None
+        limits = UpstreamLimits(destination.max_connections, destination.max_connections_wait_ms / 1000, read_timeout)
+        known = origins.get(origin.key)
+        if known is not None:
+            limits = UpstreamLimits(
+                max(known.max_connections, limits.max_connections),
+                max(known.wait_seconds, limits.wait_seconds),
+                None if known.read_timeout is None or read_timeout is None else max(known.read_timeout, read_timeout),
+            )
+        origins[origin.key] = limits
+    return origins
 
-    def __init__(self, server: asyncio.Server, tracker: ConnectionTracker) -> None:
+
+class Listener:
+    """One bound server with the connections it tracks (and its TLS, which reloads changed certificates)."""
+
+    def __init__(self, server: asyncio.Server, tracker: ConnectionTracker, tls: ServerTls | None = None) -> None:
         self.server = server
         self.tracker = tracker
+        self.tls = tls
 
     @property
     def port(self) -> int:
@@ -114,16 +149,32 @@ class Gateway:
             state = build(self.loaded)
         runtime = Runtime(state=state, pool=pool, metrics=metrics, shared=shared, file_backed=self.database is None)
         self.runtime = runtime
+        pool.configure(upstream_limits(state))
         await runtime.state.start()
         server = self.loaded.config.server
-        self.data = await self._listen(server.listen, DataPlane(runtime))
-        self.admin = await self._listen(server.admin_listen, AdminPlane(runtime, writer=self.database))
+        self.data = await self._listen(
+            server.listen,
+            DataPlane(runtime),
+            server.tls,
+            Capacity(server.max_concurrent_requests),
+            protocol_of_path,
+        )
+        admin = AdminPlane(runtime, writer=self.database)
+        self.admin = await self._listen(server.admin_listen, admin, server.admin_tls)
         if self.database is not None:
             self.database.start(self.install)
         runtime.ready = True
         logger.info("gateway listening: data %s, admin %s (pid %d)", server.listen, server.admin_listen, os.getpid())
 
-    async def _listen(self, address: str, handler: Handler) -> Listener:
+    async def _listen(
+        self,
+        address: str,
+        handler: Handler,
+        tls_config: Tls | None,
+        capacity: Capacity | None = None,
+        protocol_of: ProtocolOf | None = None,
+    ) -> Listener:
+        tls = ServerTls(tls_config.cert, tls_config.key) if tls_config is not None else None
         limits_config = self.loaded.config.server.limits
         limits = HttpLimits(
             limits_config.max_header_bytes, limits_config.max_header_count, limits_config.max_body_bytes
@@ -132,15 +183,19 @@ class Gateway:
         tracker = ConnectionTracker()
         host, port = split_address(address)
         server = await asyncio.get_running_loop().create_server(
-            lambda: HttpProtocol(handler, limits, timeouts, tracker),
+            lambda: HttpProtocol(handler, limits, timeouts, tracker, capacity, protocol_of),
             host,
             port,
             reuse_port=self.reuse_port or None,
             backlog=BACKLOG,
+            ssl=tls.context if tls is not None else None,
+            ssl_handshake_timeout=timeouts.request_read if tls is not None else None,
         )
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return Listener(server, tracker)
+        if tls is not None:
+            tls.start()
+        return Listener(server, tracker, tls)
 
     async def swap(self, loaded: LoadedConfig) -> None:
         """Serve `loaded` from now on; requests already running finish on the snapshot they started on."""
@@ -154,6 +209,7 @@ class Gateway:
         assert self.runtime is not None
         runtime = self.runtime
         await fresh.start()
+        runtime.pool.configure(upstream_limits(fresh))
         retired, runtime.state = runtime.state, fresh
         task = asyncio.get_running_loop().create_task(self._retire(retired))
         self._retiring.add(task)
@@ -188,6 +244,8 @@ class Gateway:
         for listener in listeners:
             listener.server.close()
             listener.tracker.drain()
+            if listener.tls is not None:
+                await listener.tls.close()
         deadline = time.monotonic() + self.loaded.config.server.limits.drain_timeout_ms / 1000
         while any(listener.tracker.busy for listener in listeners) and time.monotonic() < deadline:
             await asyncio.sleep(DRAIN_POLL_SECONDS)
@@ -223,11 +281,13 @@ def run_workers(make_gateway: MakeGateway, workers: int) -> int:
         run_single(make_gateway)
         return 0
     children = []
-    for _ in range(workers):
+    worker_set = WorkerSet(workers)  # the run directory the workers share (metrics files, sibling sockets)
+    for index in range(workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
+                worker_set.enter(index)
                 run_single(make_gateway, reuse_port=True)
             except BaseException:
                 logger.exception("worker failed")
@@ -246,5 +306,7 @@ def run_workers(make_gateway: MakeGateway, workers: int) -> int:
     worst = 0
     for child in children:
         _, status = os.waitpid(child, 0)
+        worker_set.exited(child)
         worst = max(worst, os.waitstatus_to_exitcode(status))
+    worker_set.close()
     return worst

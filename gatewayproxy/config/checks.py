@@ -152,6 +152,4 @@ def config_warnings(config: GatewayConfig) -> list[str]:
     for i, limit in enumerate(config.rate_limits):
         if limit.budget_usd_per_day is not None:
             warnings.append(f"rate_limits[{i}].budget_usd_per_day is deprecated; use a policy guardrail")
-    if config.server.tls is not None:
-        warnings.append("server.tls is validated but the listeners stay plain TCP; terminate TLS at an ingress")
     return warnings

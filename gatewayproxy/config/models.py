@@ -44,7 +44,7 @@ class Lenient(BaseModel):
 
 
 class Tls(Strict):
-    """TLS material: parsed and live-validated; the listener stays plain TCP."""
+    """A listener's certificate chain and key (PEM files, re-read when they change)."""
 
     cert: FilePath
     key: FilePath
@@ -68,7 +68,9 @@ class Server(Strict):
     admin_listen: ListenAddress = "127.0.0.1:9099"
     max_concurrent_requests: PositiveInt = 4096
     request_timeout_ms: PositiveInt = 120000
+    stream_idle_timeout_ms: PositiveInt = 60000
     tls: Tls | None = None
+    admin_tls: Tls | None = None
     admin_token_file: FilePath | None = None
     limits: Limits = Limits()
 
@@ -94,6 +96,8 @@ class Validator(Strict):
     scope_from: ScopeFrom = ScopeFrom()
     keys_file: FilePath | None = None
     header: str | None = None
+    require_exp: bool = True
+    leeway_secs: Annotated[float, Field(ge=0)] = 30
 
     @model_validator(mode="after")
     def _kind_requirements(self) -> Validator:
@@ -165,7 +169,7 @@ KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "api": ("native_api_key",),
     "allowed_paths": ("native_api_key",),
     "auth": ("native_api_key",),
-    "forward_headers": ("native_api_key",),
+    "forward_headers": ("native_api_key", *MODEL_KINDS),
     "headers": ("native_api_key",),
     "allowed_query_params": ("native_api_key",),
 }
@@ -174,6 +178,15 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "vendor_e": ("project", "location"),
     "native_api_key": ("provider", "api", "base_url", "allowed_paths", "auth"),
 }
+
+
+class OutlierDetection(Strict):
+    """Ejection of a failing destination (named after Envoy's): after `consecutive_failures` failures in a row
+    it is skipped for `ejection_ms` times the ejections in a row, at most `max_ejection_ms`."""
+
+    consecutive_failures: PositiveInt = 5
+    ejection_ms: PositiveInt = 30000
+    max_ejection_ms: PositiveInt = 300000
 
 
 class Destination(Strict):
@@ -198,6 +211,9 @@ class Destination(Strict):
     forward_headers: list[str] | None = None
     headers: dict[str, str] | None = None
     allowed_query_params: list[str] | None = None
+    outlier_detection: OutlierDetection | None = None
+    max_connections: PositiveInt = 256
+    max_connections_wait_ms: PositiveInt = 1000
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Destination:
@@ -302,12 +318,14 @@ class Strategy(Strict):
 
 
 class Route(Strict):
-    """A route: match clauses, a strategy, and whether retries are safe."""
+    """A route: match clauses, a strategy, whether retries are safe, and what translation between shapes does
+    with a field the target cannot carry (`strict`: refuse it with 400; `lenient`: drop it and say so)."""
 
     name: str
     match: Match = Match()
     idempotency_safe: bool = True
     strategy: Strategy
+    translation: Literal["strict", "lenient"] = "strict"
 
 
 class PluginInstance(BaseModel):
@@ -437,6 +455,7 @@ class GuardrailSource(Lenient):
     timeout_ms: PositiveInt = 3000
     cache_ttl_secs: PositiveInt = 900
     on_backend_error: Literal["deny", "allow", "last_known"] = "last_known"
+    trust_session_header: bool = False  # take the policy session from `x-session-id` when no verified scope has it
 
     @model_validator(mode="after")
     def _kind_requirements(self) -> GuardrailSource:

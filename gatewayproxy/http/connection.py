@@ -20,7 +20,14 @@ import orjson
 from gatewayproxy.errors import ErrorCode, Protocol, error_body
 
 _HEAD_END = b"\r\n\r\n"
-_OBSOLETE_FOLD = (b"\r\n ", b"\r\n\t")
+# A line that starts with whitespace continues the previous one (obs-fold), whatever ended that line.
+_OBSOLETE_FOLD = (b"\n ", b"\n\t")
+# RFC 9110 uri-host [":" port]: an IP literal, or a reg-name / IPv4 address.
+_HOST = re.compile(rb"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(:[0-9]*)?")
+# After the head, what h11 may hold while waiting for the end of a line: a chunk-size line with its
+# extensions, or a trailer field. Chunked bodies are fed in pieces of this size so a longer line is refused
+# (431) before it is buffered.
+MAX_CHUNK_LINE_BYTES = 1024
 # The fast path only takes heads that h11 would accept unchanged; anything else goes through h11.
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _DIGITS = re.compile(rb"[0-9]+")
@@ -84,7 +91,21 @@ def _request_of(head: h11.Request, body: bytes) -> Request:
 def _framing_problem(head: h11.Request) -> str | None:
     names = {name for name, _ in head.headers}
     if b"content-length" in names and b"transfer-encoding" in names:
-        return "both Content-Length and Transfer-Encoding"
+        return "ambiguous framing: both Content-Length and Transfer-Encoding"
+    if b"transfer-encoding" in names and head.http_version != b"1.1":
+        return "Transfer-Encoding in an HTTP/1.0 request"
+    return None
+
+
+def _host_problem(head: h11.Request) -> str | None:
+    """RFC 9112 3.2: one valid Host (required of HTTP/1.1)."""
+    hosts = [value for name, value in head.headers if name == b"host"]
+    if len(hosts) > 1:
+        return "more than one Host"
+    if not hosts:
+        return "no Host" if head.http_version == b"1.1" else None
+    if _HOST.fullmatch(hosts[0]) is None:
+        return "an invalid Host"
     return None
 
 
@@ -169,6 +190,7 @@ class ServerConnection:
         self._head_scan = bytearray()
         self._fast: _FastCycle | None = None
         self._carry: tuple[bytes, bool] | None = None
+        self._chunked = False
         self.failed = False
 
     def _new_h11(self) -> h11.Connection:
@@ -194,8 +216,34 @@ class ServerConnection:
                 fast = self._try_fast()
                 if fast is not None:
                     return fast
-        self._h11.receive_data(data)
-        return self._events()
+                body_start = self._body_start(len(data))
+                if body_start:
+                    # The head goes first so that a chunked body after it is fed in bounded pieces.
+                    self._h11.receive_data(data[:body_start])
+                    events = self._events()
+                    return events if self.failed else events + self._feed(data[body_start:])
+        return self._feed(data)
+
+    def _body_start(self, received: int) -> int:
+        """Where the head ends within the last `received` scanned bytes (0: not within them)."""
+        end = self._head_scan.find(_HEAD_END)
+        length = end + 4 if end >= 0 else self._head_scan.find(b"\n\n") + 2
+        if length < 2:
+            return 0
+        start = received - (len(self._head_scan) - length)
+        return start if 0 < start < received else 0
+
+    def _feed(self, data: bytes) -> list[Event]:
+        if not self._chunked or len(data) <= MAX_CHUNK_LINE_BYTES:
+            self._h11.receive_data(data)
+            return self._events()
+        events: list[Event] = []
+        for offset in range(0, len(data), MAX_CHUNK_LINE_BYTES):
+            self._h11.receive_data(data[offset : offset + MAX_CHUNK_LINE_BYTES])
+            events += self._events()
+            if self.failed:
+                break
+        return events
 
     def _try_fast(self) -> list[Event] | None:
         """Take the fast path when the scanned head is complete and plain; None leaves it to h11."""
@@ -223,11 +271,14 @@ class ServerConnection:
             return None
         hosts = 0
         declared = b""
-        for name, _ in headers:
+        host = b""
+        for name, value in headers:
             if name in _FALLBACK_HEADERS:
                 return None
-            hosts += name == b"host"
-        if hosts != 1:
+            if name == b"host":
+                hosts += 1
+                host = value
+        if hosts != 1 or _HOST.fullmatch(host) is None:
             return None
         lengths = [value for name, value in headers if name == b"content-length"]
         if lengths:
@@ -283,6 +334,9 @@ class ServerConnection:
     def _scan_head(self, data: bytes) -> ProtocolFailure | None:
         self._head_scan += data
         end = self._head_scan.find(_HEAD_END)
+        if end < 0:
+            # A head ended by bare line feeds (which h11 accepts) has no CRLF CRLF.
+            end = self._head_scan.find(b"\n\n")
         head_size = len(self._head_scan) if end < 0 else end
         if head_size > self.limits.max_header_bytes:
             return ProtocolFailure(431, ErrorCode.HEADERS_TOO_LARGE, "request headers are too large")
@@ -291,9 +345,19 @@ class ServerConnection:
         head = bytes(self._head_scan[: end + 2])
         if any(fold in head for fold in _OBSOLETE_FOLD):
             return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "obsolete line folding is not accepted")
-        # h11 folds repeated identical Content-Length headers into one; a repeat is still ambiguous framing.
-        if head.lower().count(b"\ncontent-length:") > 1:
-            return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: repeated Content-Length")
+        # h11 folds repeated or listed identical Content-Length values into one; either is ambiguous framing.
+        lowered = head.lower()
+        found = lowered.find(b"\ncontent-length:")
+        if found >= 0:
+            if lowered.find(b"\ncontent-length:", found + 1) >= 0:
+                return ProtocolFailure(
+                    400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: repeated Content-Length"
+                )
+            line_end = lowered.find(b"\n", found + 1)
+            if b"," in lowered[found:line_end]:
+                return ProtocolFailure(
+                    400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: Content-Length is a list"
+                )
         return None
 
     def _events(self) -> list[Event]:
@@ -328,9 +392,13 @@ class ServerConnection:
         self._head_scan.clear()
         if len(head.headers) > self.limits.max_header_count:
             return ProtocolFailure(431, ErrorCode.HEADERS_TOO_LARGE, "too many request headers")
-        problem = _framing_problem(head)
+        problem = _framing_problem(head) or _host_problem(head)
         if problem is not None:
-            return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, f"ambiguous request framing: {problem}")
+            return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, f"malformed request: {problem}")
+        if any(name == b"transfer-encoding" for name, _ in head.headers):
+            self._chunked = True
+            # Only chunk-size lines and trailers wait for a line end from here on; they get a small bound.
+            self._h11._max_incomplete_event_size = MAX_CHUNK_LINE_BYTES
         declared = next((value for name, value in head.headers if name == b"content-length"), None)
         if declared is not None and int(declared) > self.limits.max_body_bytes:
             return ProtocolFailure(413, ErrorCode.PAYLOAD_TOO_LARGE, "request body is too large")
@@ -433,9 +501,28 @@ class ServerConnection:
         if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
             return False
         self._h11.start_next_cycle()
+        if self._chunked:
+            self._chunked = False
+            self._h11._max_incomplete_event_size = self.limits.max_header_bytes + 1024
         self._head = None
         self._body = bytearray()
         return True
+
+    @property
+    def target_path(self) -> str:
+        """The path of the request being received or answered, as far as it is known ("" before its request
+        line)."""
+        if self._fast is not None:
+            return self._fast.request.path
+        if self._head is not None:
+            target = self._head.target
+        else:
+            line_end = self._head_scan.find(b"\n")
+            if line_end < 0:
+                return ""
+            parts = bytes(self._head_scan[:line_end]).split(b" ")
+            target = parts[1] if len(parts) > 1 else b""
+        return target.partition(b"?")[0].decode("latin-1")
 
     def pending_events(self) -> list[Event]:
         """Events completed by bytes that arrived during the previous response (pipelining)."""
@@ -471,11 +558,14 @@ def _reason(status: int) -> bytes:
         return b""
 
 
-def failure_response(failure: ProtocolFailure, request_id: str, protocol: Protocol = Protocol.VENDOR_A) -> bytes:
-    """The raw bytes of a closing error response; written without h11, whose state may be broken."""
+def failure_response(
+    failure: ProtocolFailure, request_id: str, protocol: Protocol = Protocol.VENDOR_A, extra_headers: str = ""
+) -> bytes:
+    """The raw bytes of a closing error response; written without h11, whose state may be broken.
+    `extra_headers` are whole header lines, each ending in CRLF."""
     body = orjson.dumps(error_body(protocol, failure.code.value, failure.message, failure.status))
     head = (
         f"HTTP/1.1 {failure.status} {_reason(failure.status).decode()}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {request_id}\r\n\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\nx-request-id: {request_id}\r\n{extra_headers}\r\n"
     )
     return head.encode() + body

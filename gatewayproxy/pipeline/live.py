@@ -44,9 +44,10 @@ def _private_key(path: str) -> object:
 
 def _server_problems(config: GatewayConfig) -> Iterator[str]:
     server = config.server
-    if server.tls is not None:
-        yield from _parses("server.tls.cert", server.tls.cert, _certificate)
-        yield from _parses("server.tls.key", server.tls.key, _private_key)
+    for name, tls in (("server.tls", server.tls), ("server.admin_tls", server.admin_tls)):
+        if tls is not None:
+            yield from _parses(f"{name}.cert", tls.cert, _certificate)
+            yield from _parses(f"{name}.key", tls.key, _private_key)
     yield from _readable("server.admin_token_file", server.admin_token_file)
 
 

@@ -1,9 +1,12 @@
 """The data plane: maps paths to operations and protocols, runs identity and routing, then the snapshot's stage
-runner (admission) and dispatch; every error is answered in the protocol of its path. Once a request is done it
-counts it in the metrics and hands it to the stage runner's settlement."""
+runner (admission) and dispatch; every error is answered in the protocol of its path. A request gets
+`server.request_timeout_ms` until its whole answer (a stream: its first byte), then 504 `upstream_timeout`. Once a
+request is done, or its client has gone, it counts it in the metrics and hands it to the stage runner's
+settlement."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +28,8 @@ from gatewayproxy.state import Runtime
 
 logger = logging.getLogger("gatewayproxy.data")
 Serve = Callable[[RequestContext, Finish], Awaitable[Response]]
+# The status recorded for a request whose client closed the connection before its answer (nginx's 499).
+CLIENT_CLOSED = 499
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,14 @@ UPSTREAM_CHOOSING_KEYS = frozenset(
         "extra_query",
     }
 )
+
+
+def protocol_of_path(path: str) -> Protocol:
+    """The protocol a data-plane path speaks (for errors answered before the request is read whole)."""
+    endpoint = ENDPOINTS.get(path)
+    if endpoint is not None:
+        return endpoint.protocol
+    return Protocol.JSONRPC if path in MCP_PATHS else Protocol.VENDOR_A
 
 
 def _is_agent_session_path(path: str) -> bool:
@@ -115,8 +128,23 @@ class DataPlane:
         request = context.request
         self.runtime.metrics.in_flight.inc()
         self.runtime.in_flight.enter(context.state)
+        deadline = asyncio.timeout(context.state.config.server.request_timeout_ms / 1000)
         try:
-            response = await serve(context, self.finish)
+            async with deadline:
+                response = await serve(context, self.finish)
+        except asyncio.CancelledError:
+            # The client went away: its upstream attempt was cancelled with it; settle what was used.
+            context.status = CLIENT_CLOSED
+            self.finish(context)
+            raise
+        except TimeoutError:
+            if deadline.expired():
+                error = GatewayError(ErrorCode.UPSTREAM_TIMEOUT, "the request did not complete within the deadline")
+            else:
+                logger.exception("request %s failed", request.request_id)
+                error = GatewayError(ErrorCode.INTERNAL_ERROR, "internal error")
+            context.error_code = error.code.value
+            response = self._error(context.protocol, error, request)
         except GatewayError as error:
             context.error_code = error.code.value
             response = self._error(context.protocol, error, request)
@@ -141,7 +169,8 @@ class DataPlane:
         context.route = route.name
         context.plan = plan = route.plan(context)
         await state.runner.admit(context)
-        dispatch = Dispatch(self.runtime.pool, self.runtime.metrics, context, plan, finish)
+        runtime = self.runtime
+        dispatch = Dispatch(runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers)
         if state.cache is None:
             return await dispatch.run()
         return await state.cache.serve(context, dispatch.run, finish)

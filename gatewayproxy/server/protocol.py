@@ -1,5 +1,6 @@
 """One asyncio.Protocol per client connection: reads requests through the sans-IO layer, runs the handler,
-writes its response (streamed with backpressure), and enforces the read and idle timeouts."""
+writes its response (streamed with backpressure), enforces the read and idle timeouts and the listener's
+concurrency cap, and cancels the handler when the client goes away."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from gatewayproxy.errors import ErrorCode
+from gatewayproxy.errors import ErrorCode, Protocol
 from gatewayproxy.http.connection import (
     HttpLimits,
     ProtocolFailure,
@@ -35,6 +36,16 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+# The protocol a path speaks, for errors answered before the request reaches its handler.
+ProtocolOf = Callable[[str], Protocol]
+# Bytes of a request line an overloaded listener reads to learn the path of the request it refuses.
+_SHED_LINE_BYTES = 8192
+_OVERLOADED = ProtocolFailure(503, ErrorCode.OVERLOADED, "the gateway is at its concurrency limit; retry later")
+_RETRY_AFTER = "retry-after: 1\r\n"
+
+
+def _vendor_a(path: str) -> Protocol:
+    return Protocol.VENDOR_A
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,22 @@ class Timeouts:
 
     request_read: float = 10.0
     idle: float = 75.0
+
+
+class Capacity:
+    """How many requests a listener serves at once (a response streams until its end); beyond `limit` the
+    next one is refused with 503 `overloaded` before its body is read."""
+
+    __slots__ = ("active", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    @property
+    def full(self) -> bool:
+        """True when one more request would exceed the limit."""
+        return self.active >= self.limit
 
 
 def new_request_id() -> str:
@@ -72,8 +99,20 @@ class ConnectionTracker:
 class HttpProtocol(asyncio.Protocol):
     """Serves requests one at a time on one keep-alive connection."""
 
-    def __init__(self, handler: Handler, limits: HttpLimits, timeouts: Timeouts, tracker: ConnectionTracker) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        limits: HttpLimits,
+        timeouts: Timeouts,
+        tracker: ConnectionTracker,
+        capacity: Capacity | None = None,
+        protocol_of: ProtocolOf | None = None,
+    ) -> None:
         self._handler = handler
+        self._capacity = capacity
+        self._protocol_of = protocol_of or _vendor_a
+        self._shedding: bytearray | None = None
+        self._head_timer = False
         self._http = ServerConnection(limits)
         self._timeouts = timeouts
         self._tracker = tracker
@@ -92,7 +131,9 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
         self._tracker.connections.add(self)
-        self._arm_timer(self._timeouts.idle)
+        # A connection that never sends a byte gets no longer than one that sends its head slowly.
+        self._arm_timer(self._timeouts.request_read)
+        self._head_timer = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._tracker.connections.discard(self)
@@ -109,33 +150,57 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._task is not None:
-            # Reading resumes while a response streams, only so that a departed client is noticed at once; bytes
-            # of a next request wait until this one is answered.
+            # Reading goes on while a request is served, only so that a departed client is noticed at once (its
+            # handler is cancelled); bytes of a next request wait until this one is answered.
             self._held += data
             assert self._transport is not None
             self._transport.pause_reading()
             return
+        if self._shedding is not None:
+            self._shed(data)
+            return
         starting = self._http.waiting_for_request
+        if starting and self._capacity is not None and self._capacity.full:
+            self._shedding = bytearray()
+            self._shed(data)
+            return
         events = self._http.receive(data)
-        if starting and self._task is None:
+        if starting and self._task is None and not self._head_timer:
             self._arm_timer(self._timeouts.request_read)
+            self._head_timer = True
         self._dispatch(events)
+
+    def _shed(self, data: bytes) -> None:
+        """Refuse a request of an overloaded listener once its request line (not its body) has arrived."""
+        assert self._shedding is not None
+        self._shedding += data
+        line_end = self._shedding.find(b"\n")
+        if line_end < 0 and len(self._shedding) < _SHED_LINE_BYTES and data:
+            return
+        parts = bytes(self._shedding[: max(line_end, 0)]).split(b" ")
+        path = parts[1].partition(b"?")[0].decode("latin-1") if len(parts) > 1 else ""
+        self._reject(_OVERLOADED, path)
 
     def _dispatch(self, events: list[RequestReceived | ProtocolFailure]) -> None:
         for event in events:
             if isinstance(event, ProtocolFailure):
                 self._reject(event)
                 return
-            assert self._transport is not None
+            if self._capacity is not None:
+                if self._capacity.full:
+                    self._reject(_OVERLOADED, event.request.path)
+                    return
+                self._capacity.active += 1
             self._cancel_timer()
-            self._transport.pause_reading()
             self._task = self._loop.create_task(self._serve(event.request))
             return
 
-    def _reject(self, failure: ProtocolFailure) -> None:
+    def _reject(self, failure: ProtocolFailure, path: str | None = None) -> None:
         assert self._transport is not None
         self._cancel_timer()
-        self._transport.write(failure_response(failure, new_request_id()))
+        protocol = self._protocol_of(self._http.target_path if path is None else path)
+        extra = _RETRY_AFTER if failure.code is ErrorCode.OVERLOADED else ""
+        self._transport.write(failure_response(failure, new_request_id(), protocol, extra))
         self._transport.close()
 
     async def _serve(self, request: Request) -> None:
@@ -152,13 +217,15 @@ class HttpProtocol(asyncio.Protocol):
             return
         finally:
             self._task = None
+            if self._capacity is not None:
+                self._capacity.active -= 1
         self._next_cycle()
 
     def _fail_unexpectedly(self, request: Request) -> None:
         """A handler bug: answer 500 if no byte of the response went out yet, and close either way."""
         if self._transport is not None and not self._http.response_started:
             failure = ProtocolFailure(500, ErrorCode.INTERNAL_ERROR, "internal error")
-            self._transport.write(failure_response(failure, request.request_id))
+            self._transport.write(failure_response(failure, request.request_id, self._protocol_of(request.path)))
         self._close()
 
     async def _write(self, request: Request, response: Response) -> None:
@@ -170,12 +237,19 @@ class HttpProtocol(asyncio.Protocol):
         if response.stream is None:
             transport.write(self._http.send_response(response.status, headers, response.body))
             return
+        stream = response.stream
         transport.write(self._http.send_head(response.status, headers))
-        transport.resume_reading()
-        async for chunk in response.stream:
-            transport.write(self._http.send_data(chunk))
-            await self._flow.drain()
-        transport.write(self._http.send_end())
+        try:
+            async for chunk in stream:
+                transport.write(self._http.send_data(chunk))
+                await self._flow.drain()
+            transport.write(self._http.send_end())
+        finally:
+            # A client gone mid-stream ends the producer now (its upstream closes, its usage settles), not
+            # whenever the garbage collector finalizes it.
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     def _next_cycle(self) -> None:
         if self._transport is None or self._transport.is_closing():
@@ -184,6 +258,7 @@ class HttpProtocol(asyncio.Protocol):
             self._close()
             return
         self._arm_timer(self._timeouts.idle)
+        self._head_timer = False
         self._transport.resume_reading()
         self._dispatch(self._http.pending_events())
         if self._held and self._task is None:
@@ -209,12 +284,14 @@ class HttpProtocol(asyncio.Protocol):
         self._timer = self._loop.call_later(seconds, self._timed_out)
 
     def _cancel_timer(self) -> None:
+        self._head_timer = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _timed_out(self) -> None:
         self._timer = None
+        self._head_timer = False
         if self._http.waiting_for_request:
             self._close()
             return

@@ -1,4 +1,6 @@
-"""The upstream client: pooled keep-alive HTTP/1.1 connections with read-side backpressure.
+"""The upstream client: pooled keep-alive HTTP/1.1 connections with read-side backpressure, a cap on the
+connections per origin (a request waits a bounded time for one, then 503 `overloaded`), a read timeout between
+body chunks, and an idle timeout on pooled connections.
 
 Built on asyncio protocols and the httptools (llhttp) parser because it measured faster than the general
 clients and than h11 for this side (bench/gateway/RESULTS.md); the client-facing server uses it for plain requests too.
@@ -16,14 +18,31 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gatewayproxy.errors import ErrorCode, GatewayError
+
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_IDLE_PER_ORIGIN = 256
+# A pooled connection unused this long is closed (upstreams drop idle ones anyway, often sooner).
+IDLE_CONNECTION_SECONDS = 60.0
 # Reading pauses when this much body is buffered and unconsumed (a slow client downstream).
 READ_HIGH_WATER = 256 * 1024
 
 
 class UpstreamError(Exception):
     """The upstream could not be reached or broke the connection before answering."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLimits:
+    """Per-request limits: connections open to the origin at most, seconds to wait for one of them, and
+    seconds the response body may go without a byte (None: no read timeout)."""
+
+    max_connections: int = 256
+    wait_seconds: float = 1.0
+    read_timeout: float | None = None
+
+
+DEFAULT_LIMITS = UpstreamLimits()
 
 
 @dataclass(frozen=True)
@@ -97,6 +116,9 @@ class _UpstreamProtocol(asyncio.Protocol):
         self._buffered = 0
         self._wakeup: asyncio.Future[None] | None = None
         self._paused = False
+        self.read_timeout: float | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.on_lost: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -175,6 +197,14 @@ class _UpstreamProtocol(asyncio.Protocol):
             self.error = UpstreamError("closed")
         self.keep_alive = False
         self._wake()
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        on_lost, self.on_lost = self.on_lost, None
+        if on_lost is not None:
+            on_lost()
+
+    def _read_expired(self) -> None:
+        self._fail(UpstreamError(f"the upstream sent nothing for {self.read_timeout}s"))
 
     async def next_chunk(self) -> bytes | None:
         """Everything received since the last call (at least one chunk), or None at the end of the body.
@@ -187,8 +217,14 @@ class _UpstreamProtocol(asyncio.Protocol):
                 return None
             if self.error is not None:
                 raise self.error
-            self._wakeup = asyncio.get_running_loop().create_future()
-            await self._wakeup
+            loop = asyncio.get_running_loop()
+            self._wakeup = loop.create_future()
+            timer = loop.call_later(self.read_timeout, self._read_expired) if self.read_timeout else None
+            try:
+                await self._wakeup
+            finally:
+                if timer is not None:
+                    timer.cancel()
             self._wakeup = None
         data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
@@ -245,20 +281,58 @@ class UpstreamResponse:
             connection.close()
 
 
+class _OriginSlots:
+    """One origin's connections: how many are open (connecting, busy or idle), the idle ones, and the requests
+    waiting for one."""
+
+    __slots__ = ("idle", "open", "waiters")
+
+    def __init__(self) -> None:
+        self.idle: list[_UpstreamProtocol] = []
+        self.open = 0
+        self.waiters: deque[asyncio.Future[_UpstreamProtocol | None]] = deque()
+
+    def hand_over(self, connection: _UpstreamProtocol | None) -> bool:
+        """Give `connection` (None: the right to open one) to the first request still waiting."""
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(connection)
+                return True
+        return False
+
+    def lost(self) -> None:
+        """One of the origin's connections closed: a waiting request may open another."""
+        self.open -= 1
+        if self.waiters and self.hand_over(None):
+            self.open += 1
+
+
 class UpstreamPool:
-    """Keep-alive connections per origin, reused last-in first-out."""
+    """Keep-alive connections per origin, reused last-in first-out, at most `max_connections` open per origin."""
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._idle: dict[tuple[str, str, int], list[_UpstreamProtocol]] = {}
+        self._origins: dict[tuple[str, str, int], _OriginSlots] = {}
+        self._limits: dict[tuple[str, str, int], UpstreamLimits] = {}
         self._ssl_context = ssl_context
         self._closed = False
+
+    def configure(self, limits: dict[tuple[str, str, int], UpstreamLimits]) -> None:
+        """The limits of each origin from now on (by `Origin.key`); others get `DEFAULT_LIMITS`."""
+        self._limits = limits
 
     def _tls(self) -> ssl.SSLContext:
         if self._ssl_context is None:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
 
-    async def _connect(self, origin: Origin) -> _UpstreamProtocol:
+    def open_connections(self, origin: Origin) -> int:
+        """Connections open to `origin` now (connecting, busy or idle)."""
+        slots = self._origins.get(origin.key)
+        return slots.open if slots is not None else 0
+
+    async def _connect(self, origin: Origin, slots: _OriginSlots) -> _UpstreamProtocol:
+        """A new connection, counted in `slots` (which the caller has already reserved)."""
         loop = asyncio.get_running_loop()
         tls = self._tls() if origin.scheme == "https" else None
         try:
@@ -267,13 +341,58 @@ class UpstreamPool:
                     _UpstreamProtocol, origin.host, origin.port, ssl=tls, server_hostname=origin.host if tls else None
                 )
         except (OSError, ssl.SSLError) as error:
+            slots.lost()
             raise UpstreamError(f"cannot connect to {origin.host}:{origin.port}: {error}") from error
+        except BaseException:
+            slots.lost()
+            raise
+        protocol.on_lost = slots.lost
         return protocol
 
-    def _take_idle(self, origin: Origin) -> _UpstreamProtocol | None:
-        idle = self._idle.get(origin.key)
+    async def _acquire(self, origin: Origin, slots: _OriginSlots, limits: UpstreamLimits) -> _UpstreamProtocol:
+        """A connection to `origin` within the cap, waiting up to `limits.wait_seconds` for one to free up."""
+        if slots.open < limits.max_connections:
+            slots.open += 1
+            return await self._connect(origin, slots)
+        waiter: asyncio.Future[_UpstreamProtocol | None] = asyncio.get_running_loop().create_future()
+        slots.waiters.append(waiter)
+        try:
+            async with asyncio.timeout(limits.wait_seconds):
+                handed = await waiter
+        except BaseException as error:
+            if not waiter.done() or waiter.cancelled():
+                if isinstance(error, TimeoutError):
+                    raise GatewayError(
+                        ErrorCode.OVERLOADED,
+                        f"no connection to {origin.host}:{origin.port} freed up within {limits.wait_seconds}s",
+                        headers=((b"retry-after", b"1"),),
+                    ) from None
+                raise
+            # Handed a connection just as the wait ended: pass it on rather than leak it.
+            self._release_unused(origin, slots, waiter.result())
+            raise
+        if handed is None:
+            return await self._connect(origin, slots)
+        if handed.transport is None or handed.transport.is_closing():
+            # It closed between its hand-over and now; its place in the count is free again.
+            slots.open += 1
+            return await self._connect(origin, slots)
+        handed.reused = True
+        return handed
+
+    def _release_unused(self, origin: Origin, slots: _OriginSlots, connection: _UpstreamProtocol | None) -> None:
+        if connection is not None:
+            self.give_back(origin, connection)
+        elif not slots.hand_over(None):
+            slots.open -= 1
+
+    def _take_idle(self, slots: _OriginSlots) -> _UpstreamProtocol | None:
+        idle = slots.idle
         while idle:
             connection = idle.pop()
+            if connection.idle_timer is not None:
+                connection.idle_timer.cancel()
+                connection.idle_timer = None
             if connection.usable:
                 connection.reused = True
                 return connection
@@ -282,28 +401,50 @@ class UpstreamPool:
     def give_back(self, origin: Origin, connection: _UpstreamProtocol) -> None:
         """Return a connection whose exchange completed."""
         connection.busy = False
+        connection.read_timeout = None
         if self._closed:
             connection.close()
             return
-        idle = self._idle.setdefault(origin.key, [])
+        slots = self._origins.get(origin.key)
+        if slots is None:
+            connection.close()
+            return
+        if slots.waiters and slots.hand_over(connection):
+            connection.busy = True
+            return
+        idle = slots.idle
         if len(idle) >= MAX_IDLE_PER_ORIGIN:
             connection.close()
             return
+        connection.idle_timer = asyncio.get_running_loop().call_later(IDLE_CONNECTION_SECONDS, connection.close)
         idle.append(connection)
 
     async def request(
-        self, origin: Origin, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+        self,
+        origin: Origin,
+        method: bytes,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        limits: UpstreamLimits | None = None,
     ) -> UpstreamResponse:
         """Send a request and wait for the response head. A reused connection that the upstream had closed
-        before answering is retried once on a fresh one."""
+        before answering is retried once on a fresh one. `limits` default to the origin's configured ones."""
+        if limits is None:
+            limits = self._limits.get(origin.key, DEFAULT_LIMITS)
         all_headers = [(b"host", origin.host_header), (b"content-length", str(len(body)).encode()), *headers]
-        connection = self._take_idle(origin) or await self._connect(origin)
+        slots = self._origins.get(origin.key)
+        if slots is None:
+            slots = self._origins[origin.key] = _OriginSlots()
+        connection = self._take_idle(slots) or await self._acquire(origin, slots, limits)
+        connection.read_timeout = limits.read_timeout
         try:
             head = await self._exchange(connection, method, path, all_headers, body)
         except UpstreamError:
             if not (connection.reused and not connection.received_any):
                 raise
-            connection = await self._connect(origin)
+            connection = await self._acquire(origin, slots, limits)
+            connection.read_timeout = limits.read_timeout
             head = await self._exchange(connection, method, path, all_headers, body)
         return UpstreamResponse(self, origin, connection, head)
 
@@ -314,17 +455,18 @@ class UpstreamPool:
         data = serialize_request(method, path, headers, body)
         try:
             return await connection.start(data)
-        except asyncio.CancelledError:
+        except BaseException:
+            # Abandoned before its answer (cancelled, timed out, refused): the connection cannot be reused.
             connection.close()
             raise
 
     def close(self) -> None:
         """Close every idle connection; later give-backs are closed too."""
         self._closed = True
-        for idle in self._idle.values():
-            for connection in idle:
+        for slots in self._origins.values():
+            for connection in slots.idle:
                 connection.close()
-        self._idle.clear()
+            slots.idle.clear()
 
 
 def fetcher(pool: UpstreamPool) -> Callable[[str, dict[str, str], float], Awaitable[tuple[int, bytes]]]:
