@@ -48,6 +48,7 @@ class Principal:
     id: str
     scope: Mapping[str, str] = field(default_factory=dict)
     validator: str = ""
+    header_dims: frozenset[str] = frozenset()  # dimensions of `scope` taken from trusted headers, not verified
 
 
 ANONYMOUS = Principal(id="anonymous")
@@ -104,6 +105,7 @@ class RequestContext(Generic[Snapshot]):
     notes: dict[str, Any] = field(default_factory=dict)
     error_code: str | None = None
     refused_by: str | None = None
+    partial: bool = False  # a stream that ended early: `usage` counts what was received, `status` why it ended
 
     @property
     def model(self) -> str | None:

@@ -36,6 +36,9 @@ class ErrorCode(enum.StrEnum):
     PRICING_UNAVAILABLE = "pricing_unavailable"
     WASM_PLUGINS_DISABLED = "wasm_plugins_disabled"
     AUDIT_UNAVAILABLE = "audit_unavailable"
+    UPSTREAM_AUTH_FAILED = "upstream_auth_failed"
+    IDENTITY_UNAVAILABLE = "identity_unavailable"
+    VAULT_UNAVAILABLE = "vault_unavailable"
 
 
 STATUS_OF_CODE: dict[ErrorCode, int] = {
@@ -67,6 +70,9 @@ STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.PRICING_UNAVAILABLE: 503,
     ErrorCode.WASM_PLUGINS_DISABLED: 503,
     ErrorCode.AUDIT_UNAVAILABLE: 503,
+    ErrorCode.UPSTREAM_AUTH_FAILED: 502,
+    ErrorCode.IDENTITY_UNAVAILABLE: 503,
+    ErrorCode.VAULT_UNAVAILABLE: 502,
 }
 
 # Vendor A clients branch on `type`; these are the values its API uses for each status family.

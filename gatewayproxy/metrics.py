@@ -43,6 +43,21 @@ class GatewayMetrics:
         self.tokens = Counter(
             "gateway_tokens", "Tokens by destination and direction.", ["destination", "direction"], registry=registry
         )
+        self.destination_ejected = Gauge(
+            "gateway_destination_ejected",
+            "1 while outlier detection has ejected the destination.",
+            ["destination"],
+            registry=registry,
+        )
+        self.upstream_auth_failures = Counter(
+            "gateway_upstream_auth_failures",
+            "Provider refusals (401/403) of the gateway's own credential.",
+            ["destination"],
+            registry=registry,
+        )
+        self.price_refresh_failures = Counter(
+            "gateway_price_refresh_failures", "Failed fetches of a price table.", ["cost_model"], registry=registry
+        )
 
     def child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, memoized: the hot path skips prometheus-client's label validation."""

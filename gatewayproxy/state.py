@@ -20,6 +20,7 @@ from gatewayproxy.pipeline.routing import Router
 from gatewayproxy.pipeline.runner import StageRunner
 from gatewayproxy.pipeline.stages import SharedParts, Stage
 from gatewayproxy.server.inflight import InFlight
+from gatewayproxy.server.outliers import Outliers
 from gatewayproxy.server.upstream import UpstreamPool, fetcher
 from gatewayproxy.vaults.resolvers import VaultResolver, build_vault
 
@@ -129,7 +130,7 @@ def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, m
 @dataclass
 class Runtime:
     """Process-wide parts that outlive snapshots: the upstream pool, the metrics, the shared stage parts,
-    the current state."""
+    the current state, and the runtime counts (requests in flight, destinations' outlier health)."""
 
     state: GatewayState
     pool: UpstreamPool
@@ -138,3 +139,4 @@ class Runtime:
     ready: bool = False
     file_backed: bool = True
     in_flight: InFlight = field(default_factory=InFlight)  # requests per snapshot; a swapped-out one retires at 0
+    outliers: Outliers = field(default_factory=Outliers)  # destinations' health, kept across snapshots

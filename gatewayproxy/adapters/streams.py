@@ -35,7 +35,7 @@ class StreamTranslator:
     """Base of the per-pair translators: `feed` each upstream event, then `finish` or `fail`.
 
     With `collect_text` set (some stage inspects output), the text deltas fed so far are kept for `take_text`;
-    otherwise content events pass without being parsed for it.
+    either way `text_chars` counts them, so a stream that ends early is accounted from what was relayed.
     """
 
     client_protocol = Protocol.VENDOR_A
@@ -45,6 +45,7 @@ class StreamTranslator:
         self.completed = False
         self.failed = False
         self.collect_text = False
+        self.text_chars = 0
         self._text: list[str] = []
 
     def take_text(self) -> str:
@@ -53,8 +54,14 @@ class StreamTranslator:
         return text
 
     def _collect(self, text: Any) -> None:
-        if self.collect_text and isinstance(text, str) and text:
-            self._text.append(text)
+        if isinstance(text, str) and text:
+            self.text_chars += len(text)
+            if self.collect_text:
+                self._text.append(text)
+
+    def usage_so_far(self) -> Usage | None:
+        """The usage the upstream's frames reported so far (for a stream that ended before its last frame)."""
+        return self.usage
 
     def feed(self, event: SseEvent) -> list[bytes]:
         """Client frames for one upstream event."""
@@ -91,9 +98,8 @@ class ChatPassthrough(StreamTranslator):
             self.completed = True
             return [DONE]
         if '"usage"' not in event.data and '"error"' not in event.data:
-            # Content chunks pass through without being parsed (unless their text is collected).
-            if self.collect_text:
-                self._collect_chunk(_json(event))
+            # Content chunks pass through as they came; they are parsed only to count (or collect) their text.
+            self._collect_chunk(_json(event))
             return [encode_event(event.data.encode())]
         chunk = _json(event)
         if not isinstance(chunk, dict):
@@ -128,7 +134,7 @@ class MessagesPassthrough(StreamTranslator):
     ACCOUNTED = frozenset({"message_start", "message_delta", "message_stop", "error", ""})
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        wanted = event.event in self.ACCOUNTED or (self.collect_text and event.event == "content_block_delta")
+        wanted = event.event in self.ACCOUNTED or event.event == "content_block_delta"
         parsed = _json(event) if wanted else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
@@ -145,6 +151,9 @@ class MessagesPassthrough(StreamTranslator):
             self.failed = True
         return [encode_event(event.data.encode(), event.event or kind)]
 
+    def usage_so_far(self) -> Usage | None:
+        return self.usage or (messages_usage(self._usage) if self._usage else None)
+
 
 class ResponsesPassthrough(StreamTranslator):
     """Responses-API events to their client, accounting usage from the terminal event."""
@@ -153,11 +162,7 @@ class ResponsesPassthrough(StreamTranslator):
     TEXT_DELTA = "response.output_text.delta"
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        parse = (
-            event.event in self.TERMINAL
-            or event.event in ("error", "")
-            or (self.collect_text and event.event == self.TEXT_DELTA)
-        )
+        parse = event.event in self.TERMINAL or event.event in ("error", "") or event.event == self.TEXT_DELTA
         parsed = _json(event) if parse else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
@@ -265,6 +270,9 @@ class MessagesToChat(StreamTranslator):
             frames.append(encode_event(orjson.dumps(chunk)))
         return [*frames, DONE]
 
+    def usage_so_far(self) -> Usage | None:
+        return self.usage or (messages_usage(self._usage) if self._usage else None)
+
     def _on_error(self, payload: dict) -> list[bytes]:
         error = payload.get("error") or {}
         return self.fail(str(error.get("message", "upstream error")))
@@ -284,6 +292,9 @@ class ChatToMessages(StreamTranslator):
         self._tool_blocks: dict[int, int] = {}
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] = {}
+
+    def usage_so_far(self) -> Usage | None:
+        return self.usage or (messages_usage(self._usage) if self._usage else None)
 
     @staticmethod
     def _event(kind: str, body: dict) -> bytes:

@@ -7,9 +7,12 @@ started, a failure becomes an error event in the client's protocol.
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -23,22 +26,50 @@ from gatewayproxy.http.connection import Request
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.routing import shape_params
 from gatewayproxy.plugins.decisions import BackendError
+from gatewayproxy.server.outliers import Outliers
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import UpstreamError, UpstreamPool, UpstreamResponse
-from gatewayproxy.vaults.resolvers import VaultError
+from gatewayproxy.vaults.resolvers import VaultError, VaultUnavailable
 
 JSON_CONTENT = [(b"content-type", b"application/json")]
 SSE_CONTENT = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 Finish = Callable[[RequestContext], None]
+# Failures that count toward a destination's ejection: connection errors, 5xx and malformed answers (`5xx`),
+# timeouts, and refusals of the gateway's own key (`auth`); not 429, not the client's 4xx, not a vault outage.
+OUTLIER_KINDS = frozenset({"5xx", "timeout", "auth"})
+CHARS_PER_TOKEN = 4  # output of a stream that ended early, estimated from the text relayed
+BACKOFF_JITTER = (0.5, 1.5)  # backoff is multiplied by a factor drawn from this range
+CLIENT_CLOSED_REQUEST = 499
 
 
 @dataclass(frozen=True)
 class Failure:
-    """A failed attempt: `kind` is the retry trigger it counts as (`5xx`, `429`, `timeout`)."""
+    """A failed attempt: `kind` is the retry trigger it counts as (`5xx`, `429`, `timeout`; `auth` and `vault` are
+    never retried on the same target); `code` is the gateway's error when it is the plan's last failure."""
 
     kind: str
     message: str
     retry_after: bytes | None = None
+    code: ErrorCode = ErrorCode.UPSTREAM_ERROR
+
+
+def retry_after_seconds(value: bytes | None) -> float:
+    """An upstream `retry-after` (delay seconds or an HTTP date) in seconds; 0 when absent or unreadable."""
+    if not value:
+        return 0.0
+    text = value.decode("latin-1").strip()
+    try:
+        return max(float(text), 0.0)
+    except ValueError:
+        pass
+    try:
+        return max(parsedate_to_datetime(text).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
+
+
+def _malformed(adapter: Adapter, what: str) -> Failure:
+    return Failure("5xx", f"destination {adapter.name!r} sent a malformed answer: {what}")
 
 
 def client_shape(operation: Operation) -> Shape:
@@ -162,6 +193,7 @@ class Dispatch:
         plan: Plan,
         finish: Finish,
         governed: bool = True,
+        outliers: Outliers | None = None,
     ) -> None:
         self.pool = pool
         self.context = context
@@ -169,6 +201,7 @@ class Dispatch:
         self.finish = finish
         self.metrics = metrics
         self.inspectors = context.state.output_inspectors if governed else []
+        self.outliers = outliers
 
     def _candidates(self) -> list[tuple[Any, Adapter]]:
         adapters = self.context.state.adapters
@@ -178,6 +211,10 @@ class Dispatch:
             shaping = bool(target.default_params or target.override_params or target.drop_params)
             if adapter is not None and serves(adapter, self.context.operation, shaping):
                 candidates.append((target, adapter))
+        if self.outliers is not None and candidates:
+            chosen = self.outliers.choose(adapter.name for _, adapter in candidates)
+            if chosen is not None:
+                candidates = [candidate for candidate in candidates if candidate[1].name in chosen]
         return candidates
 
     async def run(self) -> Response:
@@ -205,14 +242,48 @@ class Dispatch:
         outcome: Response | Failure = Failure("5xx", "no attempt was made")
         for attempt in range(attempts.max_attempts):
             if attempt:
+                assert isinstance(outcome, Failure)
+                delay = self._backoff(outcome)
+                if delay is None:
+                    return outcome
                 self.metrics.child(self.metrics.retries, self.plan.route).inc()
-                await asyncio.sleep(attempts.backoff_ms / 1000)
+                await asyncio.sleep(delay)
             outcome = await self._attempt(target, adapter)
             outcome_label = "ok" if isinstance(outcome, Response) else outcome.kind
             self.metrics.child(self.metrics.attempts, adapter.name, outcome_label).inc()
+            self._observe(adapter, outcome)
             if isinstance(outcome, Response) or outcome.kind not in attempts.triggers:
                 return outcome
         return outcome
+
+    def _backoff(self, failure: Failure) -> float | None:
+        """Seconds to wait before the next attempt: the backoff with jitter, never shorter than the upstream's
+        `retry-after`; None when that wait would pass the request's deadline."""
+        delay = self.plan.attempts.backoff_ms / 1000 * random.uniform(*BACKOFF_JITTER)
+        delay = max(delay, retry_after_seconds(failure.retry_after))
+        deadline = self.context.state.config.server.request_timeout_ms / 1000
+        if time.perf_counter() - self.context.started + delay >= deadline:
+            return None
+        return delay
+
+    def _observe(self, adapter: Adapter, outcome: Response | Failure) -> None:
+        """Outlier detection of the destination: a success clears its record, a counted failure adds to it."""
+        if self.outliers is None:
+            return
+        if isinstance(outcome, Response):
+            self.outliers.succeeded(adapter.name)
+        else:
+            self._failed(adapter, outcome.kind)
+
+    def _failed(self, adapter: Adapter, kind: str) -> None:
+        detection = adapter.destination.outlier_detection
+        if self.outliers is None or detection is None or kind not in OUTLIER_KINDS:
+            return
+        if self.outliers.failed(adapter.name, detection):
+            outliers, name = self.outliers, adapter.name
+            self.metrics.child(self.metrics.destination_ejected, name).set_function(
+                lambda: 1.0 if outliers.ejected(name) else 0.0
+            )
 
     async def _attempt(self, target: Any, adapter: Adapter) -> Response | Failure:
         context = self.context
@@ -229,6 +300,8 @@ class Dispatch:
                 return await self._answer(adapter, upstream)
         except TimeoutError:
             return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
+        except VaultUnavailable as error:
+            return Failure("vault", f"destination {adapter.name!r}: {error}", code=ErrorCode.VAULT_UNAVAILABLE)
         except (UpstreamError, VaultError, OSError) as error:
             return Failure("5xx", f"destination {adapter.name!r}: {error}")
         finally:
@@ -240,13 +313,22 @@ class Dispatch:
             return await self._start_stream(adapter, upstream)
         body = await upstream.read()
         if 200 <= status < 300:
-            return Response(
-                status, JSON_CONTENT, _translated_success(self.context, adapter, body, bool(self.inspectors))
-            )
+            try:
+                translated = _translated_success(self.context, adapter, body, bool(self.inspectors))
+            except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError):
+                return _malformed(adapter, f"a {status} body that is not a JSON document")
+            return Response(status, JSON_CONTENT, translated)
         if status == 429:
             return Failure("429", f"destination {adapter.name!r} is rate limited", upstream.header(b"retry-after"))
         if status >= 500:
             return Failure("5xx", f"destination {adapter.name!r} answered {status}")
+        if status in (401, 403):
+            self.metrics.child(self.metrics.upstream_auth_failures, adapter.name).inc()
+            return Failure(
+                "auth",
+                f"destination {adapter.name!r} refused the gateway's credential ({status})",
+                code=ErrorCode.UPSTREAM_AUTH_FAILED,
+            )
         return _client_error(self.context, adapter, status, body)
 
     async def _start_stream(self, adapter: Adapter, upstream: UpstreamResponse) -> Response | Failure:
@@ -259,10 +341,15 @@ class Dispatch:
             while not frames:
                 chunk = await anext(chunks)
                 for event in decoder.feed(chunk):
+                    if event.data != "[DONE]":
+                        orjson.loads(event.data)  # a frame that is not JSON before the first byte: try elsewhere
                     frames += translator.feed(event)
         except StopAsyncIteration:
             upstream.release()
             return Failure("5xx", f"destination {adapter.name!r} ended the stream before any event")
+        except ValueError as error:
+            upstream.release()
+            return _malformed(adapter, f"an event-stream frame that cannot be read ({error})")
         except BaseException:
             upstream.release()
             raise
@@ -280,7 +367,7 @@ class Dispatch:
         upstream: UpstreamResponse,
     ) -> AsyncIterator[bytes]:
         context = self.context
-        blocked: GatewayError | None = None
+        status = CLIENT_CLOSED_REQUEST  # unless the relay gets to decide otherwise, the client left
         try:
             try:
                 yield await self._released(first, translator)
@@ -289,18 +376,39 @@ class Dispatch:
                     if frames:
                         yield await self._released(frames, translator)
                 tail = translator.finish()
+                status = 502 if translator.failed else 200
+            except TimeoutError:
+                status = 504
+                tail = translator.fail("the upstream stream went idle", ErrorCode.UPSTREAM_TIMEOUT.value)
             except (UpstreamError, OSError, ValueError) as error:
+                status = 502
+                self._failed(self._adapter_of(context), "5xx")
                 tail = translator.fail(f"the upstream stream broke: {error}")
             except GatewayError as error:
-                blocked = error
+                status = error.status
                 tail = translator.fail(error.message, error.code.value)
             if tail:
                 yield b"".join(tail)
         finally:
             upstream.release()
-            context.usage = translator.usage
-            context.status = blocked.status if blocked else 502 if translator.failed else 200
+            context.status = status
+            if status == 200:
+                context.usage = translator.usage
+            else:
+                context.partial = True
+                context.usage = self._received_usage(translator)
             self.finish(context)
+
+    def _adapter_of(self, context: RequestContext) -> Adapter:
+        return context.state.adapters[context.destination]
+
+    def _received_usage(self, translator: streams.StreamTranslator) -> Usage:
+        """The usage of a stream that ended early: the usage frames seen, with output at least the tokens of the
+        text relayed, and input from the request when no frame said."""
+        usage = translator.usage or translator.usage_so_far() or Usage()
+        output = max(usage.output_tokens, math.ceil(translator.text_chars / CHARS_PER_TOKEN))
+        input_tokens = usage.input_tokens or math.ceil(len(self.context.request.body) / CHARS_PER_TOKEN)
+        return replace(usage, input_tokens=input_tokens, output_tokens=output)
 
     async def _released(self, frames: list[bytes], translator: streams.StreamTranslator) -> bytes:
         """A batch of frames, once the output inspectors have seen its text (they raise to block it)."""
@@ -325,7 +433,7 @@ def _final_error(failure: Failure) -> GatewayError:
         return GatewayError(
             ErrorCode.UPSTREAM_RATE_LIMITED, failure.message, headers=((b"retry-after", failure.retry_after or b"1"),)
         )
-    return GatewayError(ErrorCode.UPSTREAM_ERROR, failure.message)
+    return GatewayError(failure.code, failure.message)
 
 
 def error_response(protocol: Protocol, error: GatewayError, rpc_id: str | int | None = None) -> Response:

@@ -43,6 +43,7 @@ AVRO_SCHEMA: dict[str, Any] = {
         {"name": "status", "type": "int"},
         {"name": "latency_ms", "type": "double"},
         {"name": "streamed", "type": "boolean"},
+        {"name": "partial", "type": "boolean", "default": False},
         {"name": "tags", "type": {"type": "map", "values": "string"}},
         {"name": "cache_hit", "type": "boolean", "default": False},
     ],
@@ -109,6 +110,7 @@ def usage_record(context: RequestContext, allowlist: dict[str, str]) -> Record:
         "status": context.status,
         "latency_ms": latency_ms(context),
         "streamed": context.stream,
+        "partial": context.partial,
         "tags": request_tags(context, allowlist),
         "cache_hit": cache_hit(context),
     }

@@ -207,7 +207,12 @@ class AdminPlane:
     async def _destinations(self, request: Request) -> Response:
         destinations = self.runtime.state.config.destinations
         return _json(
-            {"data": [{"name": name, **public_view(destination)} for name, destination in destinations.items()]}
+            {
+                "data": [
+                    {"name": name, **public_view(destination), "outlier": self.runtime.outliers.view(name)}
+                    for name, destination in destinations.items()
+                ]
+            }
         )
 
     async def _list_routes(self, request: Request) -> Response:

@@ -11,7 +11,7 @@ from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import Origin, UpstreamError, UpstreamPool, UpstreamResponse
-from gatewayproxy.vaults.resolvers import Secret, VaultError, VaultResolver
+from gatewayproxy.vaults.resolvers import Secret, VaultError, VaultResolver, VaultUnavailable
 
 # Headers that describe one connection or the framing of one message; never relayed in either direction.
 HOP_BY_HOP = frozenset(
@@ -73,6 +73,8 @@ async def resolve_secret(vault: VaultResolver, credential_id: str, scope: Mappin
     """A destination credential; a vault failure is the gateway's 502, never the client's fault."""
     try:
         return await vault.resolve(credential_id, scope)
+    except VaultUnavailable as error:
+        raise GatewayError(ErrorCode.VAULT_UNAVAILABLE, f"the destination credential is unavailable: {error}") from None
     except VaultError as error:
         raise GatewayError(ErrorCode.UPSTREAM_ERROR, f"the destination credential is unavailable: {error}") from None
 

@@ -27,6 +27,10 @@ class VaultError(Exception):
     """A credential cannot be resolved."""
 
 
+class VaultUnavailable(VaultError):
+    """The vault service cannot be reached or failed (an outage, not a missing credential)."""
+
+
 @dataclass(frozen=True)
 class Secret:
     """A provider credential: its scheme, its main token, and any other fields of the scheme."""
@@ -166,7 +170,12 @@ class HttpVault:
         headers = {"accept": "application/json"}
         if self.vault.bearer_token_file:
             headers["authorization"] = "Bearer " + read_token_file(self.vault.bearer_token_file)
-        status, body = await self._fetch(url, headers, self.vault.timeout_ms / 1000)
+        try:
+            status, body = await self._fetch(url, headers, self.vault.timeout_ms / 1000)
+        except Exception as error:  # the fetcher's connection, timeout and protocol failures
+            raise VaultUnavailable(f"vault {self.vault.name!r} cannot be reached: {error}") from None
+        if status >= 500:
+            raise VaultUnavailable(f"vault {self.vault.name!r} answered {status}")
         if status != 200:
             raise VaultError(f"vault {self.vault.name!r} answered {status}")
         text = body.decode("utf-8", "replace")

@@ -2,7 +2,10 @@
 
 Each request takes the next behaviour from `script` (default `ok`): `ok`, `500`, `429`, `400`,
 `delay:<seconds>`, `hang`, `break_stream` (start a stream, then drop the connection), `empty_stream`,
-`big_stream` (the first chunk repeated BIG_STREAM_FRAMES times; `streamed_bytes` tells how far it got).
+`big_stream` (the first chunk repeated BIG_STREAM_FRAMES times; `streamed_bytes` tells how far it got),
+`401` / `403` (a refusal of the caller's key), `retry_after:<seconds>` (429 with that `retry-after`), `not_json` (200
+with a body that is not JSON), `truncated` (200 whose body stops short of its content-length), `bad_frame` (a stream
+whose first frame is not JSON), `stall_stream` (two frames, then nothing until the connection closes).
 GET requests are answered from `documents` (path to JSON), e.g. a JWKS or a vault secret.
 """
 
@@ -13,6 +16,7 @@ import base64
 import json
 import struct
 import threading
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -34,6 +38,7 @@ class Received:
     headers: dict[str, str]
     body: Any
     raw_body: bytes = b""
+    at: float = 0.0  # time.monotonic() when it arrived
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -344,7 +349,7 @@ class FakeProvider:
                 assert head is not None
                 headers = {name.decode(): value.decode() for name, value in head.headers}
                 parsed = json.loads(body) if body else None
-                return Received(head.method.decode(), head.target.decode(), headers, parsed, body)
+                return Received(head.method.decode(), head.target.decode(), headers, parsed, body, time.monotonic())
 
     async def _one_request(
         self, connection: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -362,7 +367,13 @@ class FakeProvider:
             behaviour = "ok"
         if behaviour == "hang":
             await asyncio.sleep(3600)
-        if behaviour in ("500", "429", "400"):
+        if behaviour.startswith("retry_after:"):
+            document = {"error": {"message": "scripted 429", "type": "rate_limit_error"}}
+            extra = [("retry-after", behaviour.removeprefix("retry_after:"))]
+            return await self._send_json(connection, writer, 429, document, extra)
+        if behaviour in ("not_json", "truncated"):
+            return await self._send_broken(writer, behaviour)
+        if behaviour in ("500", "429", "400", "401", "403"):
             status = int(behaviour)
             return await self._send_json(
                 connection, writer, status, {"error": {"message": f"scripted {status}", "type": "scripted"}}
@@ -373,9 +384,28 @@ class FakeProvider:
         return await self._send_stream(connection, writer, frames, behaviour)
 
     @staticmethod
-    async def _send_json(connection: h11.Connection, writer: asyncio.StreamWriter, status: int, document: Any) -> bool:
+    async def _send_broken(writer: asyncio.StreamWriter, behaviour: str) -> bool:
+        """A 200 that is no JSON document: an HTML page, or a body cut short of its content-length."""
+        if behaviour == "not_json":
+            body = b"<html>upstream proxy error</html>"
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+            return False
+        writer.write(b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{"id": "cut')
+        await writer.drain()
+        writer.transport.abort()
+        return False
+
+    @staticmethod
+    async def _send_json(
+        connection: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        document: Any,
+        extra: list[tuple[str, str]] | None = None,
+    ) -> bool:
         body = json.dumps(document).encode()
-        headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+        headers = [("content-type", "application/json"), ("content-length", str(len(body))), *(extra or [])]
         writer.write(connection.send(h11.Response(status_code=status, headers=headers)) or b"")
         writer.write(connection.send(h11.Data(data=body)) or b"")
         writer.write(connection.send(h11.EndOfMessage()) or b"")
@@ -395,8 +425,13 @@ class FakeProvider:
         if behaviour == "big_stream":
             big = frames[0].replace(b'"content": ""', f'"content": "{BIG_STREAM_TEXT}"'.encode())
             frames = [big] * BIG_STREAM_FRAMES + frames[-1:]
+        if behaviour == "bad_frame":
+            frames = [b"data: {not json\n\n", *frames]
         self.streamed_bytes = 0
         for index, frame in enumerate(frames):
+            if behaviour == "stall_stream" and index == 2:
+                await writer.drain()
+                await asyncio.sleep(3600)  # until the gateway closes the connection (the task is cancelled)
             if behaviour == "break_stream" and index == 2:
                 await writer.drain()
                 writer.transport.abort()
