@@ -9,6 +9,7 @@ class ErrorCode(enum.StrEnum):
     """Machine-readable failure codes of the gateway (interface.md plus decisions.md)."""
 
     INVALID_REQUEST = "invalid_request"
+    UNSUPPORTED_PARAMETER = "unsupported_parameter"
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
     POLICY_GUARDRAIL_DENIED = "policy_guardrail_denied"
@@ -43,6 +44,7 @@ class ErrorCode(enum.StrEnum):
 
 STATUS_OF_CODE: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.UNSUPPORTED_PARAMETER: 400,
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.POLICY_GUARDRAIL_DENIED: 403,
@@ -111,16 +113,24 @@ class Protocol(enum.Enum):
 
 
 class GatewayError(Exception):
-    """A failure the gateway answers itself, carrying its code, status and human message."""
+    """A failure the gateway answers itself, carrying its code, status and human message (`param`: the request
+    field at fault, for `unsupported_parameter`)."""
 
     def __init__(
-        self, code: ErrorCode, message: str, *, status: int | None = None, headers: tuple[tuple[bytes, bytes], ...] = ()
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        status: int | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status if status is not None else STATUS_OF_CODE[code]
         self.headers = headers
+        self.param = param
 
 
 def error_type(protocol: Protocol, status: int) -> str:
@@ -129,9 +139,16 @@ def error_type(protocol: Protocol, status: int) -> str:
     return table.get(status, "api_error" if protocol is Protocol.VENDOR_B or status < 500 else "server_error")
 
 
-def error_body(protocol: Protocol, code: str, message: str, status: int, rpc_id: str | int | None = None) -> dict:
+def error_body(
+    protocol: Protocol,
+    code: str,
+    message: str,
+    status: int,
+    rpc_id: str | int | None = None,
+    param: str | None = None,
+) -> dict:
     """The error document for `code` in the envelope of `protocol` (decisions.md, Gateway); `rpc_id` is the
-    JSON-RPC id of the request it answers."""
+    JSON-RPC id of the request it answers, `param` the field a vendor-A `unsupported_parameter` names."""
     kind = error_type(protocol, status)
     if protocol is Protocol.VENDOR_B:
         return {"type": "error", "error": {"type": kind, "message": message, "code": code}}
@@ -141,4 +158,4 @@ def error_body(protocol: Protocol, code: str, message: str, status: int, rpc_id:
             "id": rpc_id,
             "error": {"code": _JSONRPC_SERVER_ERROR, "message": message, "data": {"code": code}},
         }
-    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    return {"error": {"message": message, "type": kind, "code": code, "param": param}}

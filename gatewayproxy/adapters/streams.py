@@ -12,6 +12,7 @@ import orjson
 from gatewayproxy.adapters.translate import (
     CHAT_TO_MESSAGES_STOP,
     MESSAGES_TO_CHAT_STOP,
+    RESPONSE_FORMAT_TOOL,
     chat_usage_to_messages,
     messages_usage_to_chat,
 )
@@ -199,6 +200,8 @@ class MessagesToChat(StreamTranslator):
         self._usage: dict[str, Any] = {}
         self._tool_index = -1
         self._block_is_tool: dict[int, bool] = {}
+        self._answer_block: int | None = None  # the emulated `response_format` tool, streamed as content
+        self._thinking = ""
 
     def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
         chunk = {
@@ -228,6 +231,13 @@ class MessagesToChat(StreamTranslator):
         block = payload.get("content_block") or {}
         is_tool = block.get("type") == "tool_use"
         self._block_is_tool[payload.get("index", 0)] = is_tool
+        if block.get("type") == "thinking":
+            self._thinking = ""
+        if block.get("type") == "redacted_thinking":
+            return [self._chunk({"thinking_blocks": [block]})]
+        if is_tool and block.get("name") == RESPONSE_FORMAT_TOOL:
+            self._answer_block = payload.get("index", 0)
+            return []
         if not is_tool:
             return []
         self._tool_index += 1
@@ -245,13 +255,24 @@ class MessagesToChat(StreamTranslator):
             self._collect(delta.get("text"))
             return [self._chunk({"content": delta.get("text", "")})]
         if delta.get("type") == "input_json_delta":
+            if payload.get("index", 0) == self._answer_block:
+                self._collect(delta.get("partial_json"))
+                return [self._chunk({"content": delta.get("partial_json", "")})]
             call = {"index": self._tool_index, "function": {"arguments": delta.get("partial_json", "")}}
             return [self._chunk({"tool_calls": [call]})]
+        if delta.get("type") == "thinking_delta":
+            self._thinking += delta.get("thinking", "")
+            return [self._chunk({"reasoning_content": delta.get("thinking", "")})]
+        if delta.get("type") == "signature_delta":
+            block = {"type": "thinking", "thinking": self._thinking, "signature": delta.get("signature", "")}
+            return [self._chunk({"thinking_blocks": [block]})]
         return []
 
     def _on_message_delta(self, payload: dict) -> list[bytes]:
         self._usage.update({k: v for k, v in (payload.get("usage") or {}).items() if v is not None})
         stop = (payload.get("delta") or {}).get("stop_reason")
+        if self._answer_block is not None:
+            stop = "end_turn"  # the forced answer tool is the emulated `response_format`, not a tool call
         return [self._chunk({}, MESSAGES_TO_CHAT_STOP.get(stop or "", "stop"))]
 
     def _on_message_stop(self, payload: dict) -> list[bytes]:
@@ -290,6 +311,7 @@ class ChatToMessages(StreamTranslator):
         self._open_block: int | None = None
         self._next_block = 0
         self._tool_blocks: dict[int, int] = {}
+        self._thinking_block: int | None = None
         self._stop_reason: str | None = None
         self._usage: dict[str, Any] = {}
 
@@ -349,10 +371,25 @@ class ChatToMessages(StreamTranslator):
 
     def _delta(self, delta: dict) -> list[bytes]:
         frames: list[bytes] = []
+        reasoning = delta.get("reasoning_content")
+        if reasoning:
+            if self._open_block is None or self._open_block != self._thinking_block:
+                frames += self._open({"type": "thinking", "thinking": "", "signature": ""})
+                self._thinking_block = self._open_block
+            frames.append(
+                self._event(
+                    "content_block_delta",
+                    {"index": self._open_block, "delta": {"type": "thinking_delta", "thinking": reasoning}},
+                )
+            )
         text = delta.get("content")
         if text:
             self._collect(text)
-            if self._open_block is None or self._open_block in self._tool_blocks.values():
+            if (
+                self._open_block is None
+                or self._open_block in self._tool_blocks.values()
+                or self._open_block == self._thinking_block
+            ):
                 frames += self._open({"type": "text", "text": ""})
             frames.append(
                 self._event(

@@ -1,5 +1,6 @@
 """Whole-body translation between the chat-completions shape (vendor A) and the messages shape (vendor B):
-requests both ways, responses both ways, and error envelopes."""
+requests both ways, responses both ways, and error envelopes. What is refused lives in `contract`; the README's
+translation table says what each field becomes."""
 
 from __future__ import annotations
 
@@ -24,6 +25,24 @@ MESSAGES_TO_CHAT_STOP = {
 }
 
 
+# `response_format` towards a messages-shaped target is emulated by this forced tool; its input is the answer.
+RESPONSE_FORMAT_TOOL = "gateway_response_format"
+# `reasoning_effort` and the thinking budget it stands for (tokens), both ways.
+EFFORT_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+
+
+def _effort_of(budget: Any) -> str:
+    budget = budget if isinstance(budget, int) else 0
+    return "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
+
+
+def _cached(target: dict, source: dict) -> dict:
+    """`target` with the `cache_control` marker of `source`, when it has one."""
+    if isinstance(source, dict) and source.get("cache_control"):
+        target["cache_control"] = source["cache_control"]
+    return target
+
+
 def _text_of(content: Any) -> str:
     """Plain text of a string or a list of text parts/blocks."""
     if isinstance(content, str):
@@ -43,16 +62,27 @@ def _image_block(url: str) -> dict:
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
+def _document_block(part: dict) -> dict:
+    file = part.get("file") or {}
+    media_type, _, data = str(file.get("file_data", "")).removeprefix("data:").partition(";base64,")
+    block: dict[str, Any] = {"type": "document", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    if file.get("filename"):
+        block["title"] = file["filename"]
+    return block
+
+
 def _user_blocks(content: Any) -> list[dict]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     blocks = []
     for part in content or []:
         if part.get("type") == "text":
-            blocks.append({"type": "text", "text": part.get("text", "")})
+            blocks.append(_cached({"type": "text", "text": part.get("text", "")}, part))
         elif part.get("type") == "image_url":
             image = part.get("image_url")
-            blocks.append(_image_block(image.get("url", "") if isinstance(image, dict) else str(image)))
+            blocks.append(_cached(_image_block(image.get("url", "") if isinstance(image, dict) else str(image)), part))
+        elif part.get("type") == "file":
+            blocks.append(_cached(_document_block(part), part))
     return blocks
 
 
@@ -67,7 +97,9 @@ def _arguments(text: Any) -> Any:
 
 
 def _assistant_blocks(message: dict) -> list[dict]:
-    blocks = [{"type": "text", "text": text} for text in [_text_of(message.get("content"))] if text]
+    # Thinking comes first and goes back signed, as a messages-shaped target checks it on tool-use turns.
+    blocks = [dict(block) for block in message.get("thinking_blocks") or [] if isinstance(block, dict)]
+    blocks += [{"type": "text", "text": text} for text in [_text_of(message.get("content"))] if text]
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
         blocks.append(
@@ -102,7 +134,25 @@ def _chat_tool(tool: dict) -> dict:
     converted = {"name": function.get("name", ""), "input_schema": function.get("parameters") or {"type": "object"}}
     if function.get("description"):
         converted["description"] = function["description"]
-    return converted
+    return _cached(converted, tool)
+
+
+def _response_format_tool(response_format: Any) -> dict | None:
+    """The forced tool that emulates `response_format` (json_schema or json_object); None for text."""
+    if not isinstance(response_format, dict) or response_format.get("type") not in ("json_schema", "json_object"):
+        return None
+    schema = (response_format.get("json_schema") or {}).get("schema") or {"type": "object"}
+    return {"name": RESPONSE_FORMAT_TOOL, "description": "Answer with this JSON.", "input_schema": schema}
+
+
+def _system_of(parts: list[Any]) -> Any:
+    """System text, or blocks when a part carries a `cache_control` marker."""
+    if not any(isinstance(part, dict) and part.get("cache_control") for part in parts):
+        return "\n\n".join(_text_of(part.get("text", "")) if isinstance(part, dict) else str(part) for part in parts)
+    return [
+        _cached({"type": "text", "text": part.get("text", "") if isinstance(part, dict) else str(part)}, part)
+        for part in parts
+    ]
 
 
 def _chat_tool_choice(choice: Any, parallel: Any) -> dict | None:
@@ -119,12 +169,13 @@ def _chat_tool_choice(choice: Any, parallel: Any) -> dict | None:
 
 def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
     """A messages request equivalent to a chat-completions request."""
-    system: list[str] = []
+    system: list[Any] = []
     messages: list[dict] = []
     for message in body.get("messages") or []:
         role = message.get("role")
         if role in ("system", "developer"):
-            system.append(_text_of(message.get("content")))
+            content = message.get("content")
+            system += content if isinstance(content, list) else [{"type": "text", "text": _text_of(content)}]
         elif role == "assistant":
             _append(messages, "assistant", _assistant_blocks(message))
         elif role == "tool":
@@ -137,7 +188,7 @@ def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
         "max_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens,
     }
     if system:
-        converted["system"] = "\n\n".join(system)
+        converted["system"] = _system_of(system)
     for key in ("temperature", "top_p", "stream"):
         if key in body:
             converted[key] = body[key]
@@ -149,8 +200,18 @@ def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
     tool_choice = _chat_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
     if tool_choice is not None and body.get("tools"):
         converted["tool_choice"] = tool_choice
+    format_tool = _response_format_tool(body.get("response_format"))
+    if format_tool is not None:
+        converted["tools"] = [*converted.get("tools", []), format_tool]
+        converted["tool_choice"] = {"type": "tool", "name": RESPONSE_FORMAT_TOOL}
     if body.get("user"):
         converted["metadata"] = {"user_id": body["user"]}
+    effort = body.get("reasoning_effort")
+    if effort in EFFORT_BUDGETS:
+        budget = EFFORT_BUDGETS[effort]
+        converted["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        if converted["max_tokens"] <= budget:
+            converted["max_tokens"] += budget  # the budget is part of max_tokens there
     return converted
 
 
@@ -166,6 +227,20 @@ def _image_part(block: dict) -> dict:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+def _file_part(block: dict) -> dict:
+    source = block.get("source", {})
+    if source.get("type") == "text":
+        return {"type": "text", "text": source.get("data", "")}
+    data_url = f"data:{source.get('media_type', 'application/pdf')};base64,{source.get('data', '')}"
+    return {"type": "file", "file": {"filename": block.get("title") or "document", "file_data": data_url}}
+
+
+def _tool_result_text(block: dict) -> str:
+    """A tool result's text; an error result is marked, as the chat shape has no error flag for it."""
+    text = _text_of(block.get("content"))
+    return f"Error: {text}" if block.get("is_error") else text
+
+
 def _user_messages(content: Any) -> list[dict]:
     """Tool results become `tool` messages (first, as the chat shape wants them); the rest stays a user turn."""
     if isinstance(content, str):
@@ -178,13 +253,15 @@ def _user_messages(content: Any) -> list[dict]:
                 {
                     "role": "tool",
                     "tool_call_id": block.get("tool_use_id", ""),
-                    "content": _text_of(block.get("content")),
+                    "content": _tool_result_text(block),
                 }
             )
         elif kind == "text":
             parts.append({"type": "text", "text": block.get("text", "")})
         elif kind == "image":
             parts.append(_image_part(block))
+        elif kind == "document":
+            parts.append(_file_part(block))
     if parts:
         tools.append({"role": "user", "content": parts})
     return tools
@@ -253,6 +330,9 @@ def messages_to_chat_request(body: dict) -> dict:
     user = (body.get("metadata") or {}).get("user_id")
     if user:
         converted["user"] = user
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
+        converted["reasoning_effort"] = _effort_of(thinking.get("budget_tokens") or 16384)
     return converted
 
 
@@ -263,7 +343,17 @@ def messages_to_chat_response(response: dict) -> dict:
     """A chat-completions response equivalent to a messages response."""
     content = response.get("content") or []
     text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+    emulated = [
+        block for block in content if block.get("type") == "tool_use" and block.get("name") == RESPONSE_FORMAT_TOOL
+    ]
+    if emulated:
+        text += json.dumps(emulated[0].get("input") or {})
+        content = [block for block in content if block not in emulated]
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    thinking = [block for block in content if block.get("type") in ("thinking", "redacted_thinking")]
+    if thinking:
+        message["reasoning_content"] = "".join(block.get("thinking", "") for block in thinking)
+        message["thinking_blocks"] = thinking
     calls = [
         {
             "id": block.get("id", ""),
@@ -285,7 +375,9 @@ def messages_to_chat_response(response: dict) -> dict:
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": MESSAGES_TO_CHAT_STOP.get(response.get("stop_reason") or "", "stop"),
+                "finish_reason": "stop"
+                if emulated
+                else MESSAGES_TO_CHAT_STOP.get(response.get("stop_reason") or "", "stop"),
             }
         ],
         "usage": messages_usage_to_chat(response.get("usage") or {}),
@@ -295,13 +387,14 @@ def messages_to_chat_response(response: dict) -> dict:
 def messages_usage_to_chat(usage: dict) -> dict:
     """Chat usage fields from messages usage (cached input counts as prompt tokens there)."""
     cached = usage.get("cache_read_input_tokens") or 0
-    prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
+    written = usage.get("cache_creation_input_tokens") or 0
+    prompt = (usage.get("input_tokens") or 0) + cached + written
     completion = usage.get("output_tokens") or 0
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": {"cached_tokens": cached, **({"cache_write_tokens": written} if written else {})},
     }
 
 
@@ -309,11 +402,15 @@ def chat_usage_to_messages(usage: dict) -> dict:
     """Messages usage fields from chat usage."""
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") or 0
-    return {
-        "input_tokens": (usage.get("prompt_tokens") or 0) - cached,
+    written = details.get("cache_write_tokens") or 0
+    converted = {
+        "input_tokens": (usage.get("prompt_tokens") or 0) - cached - written,
         "output_tokens": usage.get("completion_tokens") or 0,
         "cache_read_input_tokens": cached,
     }
+    if written:
+        converted["cache_creation_input_tokens"] = written
+    return converted
 
 
 def chat_to_messages_response(response: dict) -> dict:
@@ -321,6 +418,8 @@ def chat_to_messages_response(response: dict) -> dict:
     choice = (response.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     blocks = _assistant_blocks(message)
+    if message.get("reasoning_content") and not message.get("thinking_blocks"):
+        blocks.insert(0, {"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
     return {
         "id": response.get("id", ""),
         "type": "message",

@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 
-from gatewayproxy.adapters import streams, translate
+from gatewayproxy.adapters import contract, streams, translate
 from gatewayproxy.adapters.base import Adapter, Shape, StreamDecoder
+from gatewayproxy.adapters.headers import with_request_headers
 from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
 from gatewayproxy.context import Operation, Plan, RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
@@ -86,6 +87,25 @@ def serves(adapter: Adapter, operation: Operation, has_shaping: bool) -> bool:
     return adapter.destination.kind == "vendor_a" and not adapter.destination.model_map and not has_shaping
 
 
+DROPPED_HEADER = b"x-gateway-dropped-params"
+
+
+def _lenient(context: RequestContext) -> bool:
+    """Whether the request's route drops (rather than refuses) what translation cannot carry."""
+    route = next((route for route in context.state.router.routes if route.name == context.route), None)
+    return route is not None and route.route.translation == "lenient"
+
+
+def _translatable(context: RequestContext, towards_messages: bool) -> dict[str, Any]:
+    """The client's body with what the target cannot carry refused (raises) or, on lenient routes, dropped and
+    named in `x-gateway-dropped-params`."""
+    body, dropped = contract.enforce(context.body, towards_messages, _lenient(context))
+    context.response_headers = [(name, value) for name, value in context.response_headers if name != DROPPED_HEADER]
+    if dropped:
+        context.response_headers.append((DROPPED_HEADER, ",".join(dropped).encode()))
+    return body
+
+
 def native_body(context: RequestContext, adapter: Adapter, default_max_tokens: int) -> dict[str, Any]:
     """The client's body re-shaped for the destination (before model mapping and parameter shaping)."""
     operation, body = context.operation, context.body
@@ -94,9 +114,9 @@ def native_body(context: RequestContext, adapter: Adapter, default_max_tokens: i
     if client_shape(operation) is adapter.shape:
         body = dict(body)
     elif adapter.shape is Shape.MESSAGES:
-        body = translate.chat_to_messages_request(body, default_max_tokens)
+        body = translate.chat_to_messages_request(_translatable(context, True), default_max_tokens)
     else:
-        body = translate.messages_to_chat_request(body)
+        body = translate.messages_to_chat_request(_translatable(context, False))
     if adapter.shape is Shape.CHAT and context.stream:
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     return body
@@ -296,6 +316,7 @@ class Dispatch:
         try:
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
                 call = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
+                call = with_request_headers(call, adapter, context.request.headers, context.request.request_id)
                 upstream = await self.pool.request(call.origin, call.method, call.path, call.headers, call.body)
                 return await self._answer(adapter, upstream)
         except TimeoutError:
@@ -438,7 +459,7 @@ def _final_error(failure: Failure) -> GatewayError:
 
 def error_response(protocol: Protocol, error: GatewayError, rpc_id: str | int | None = None) -> Response:
     """A gateway error in the protocol of its path (`rpc_id`: the JSON-RPC id it answers, on MCP paths)."""
-    body = orjson.dumps(error_body(protocol, error.code.value, error.message, error.status, rpc_id))
+    body = orjson.dumps(error_body(protocol, error.code.value, error.message, error.status, rpc_id, error.param))
     return Response(error.status, [*JSON_CONTENT, *error.headers], body)
 
 

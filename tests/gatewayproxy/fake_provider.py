@@ -25,6 +25,8 @@ from typing import Any
 import h11
 
 TOOL_ARGUMENTS = {"city": "Paris"}
+# What a provider "thinks" when asked to (`thinking` in a messages body, `reasoning_effort` in a chat body).
+THINKING, SIGNATURE = "Let me think.", "sig_1"
 BIG_STREAM_FRAMES = 10000
 BIG_STREAM_TEXT = "x" * 4000
 
@@ -64,6 +66,8 @@ def _chat_json(body: dict, name: str) -> dict:
             ],
         }
         finish = "tool_calls"
+    if body.get("reasoning_effort"):
+        message["reasoning_content"] = THINKING
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -87,6 +91,8 @@ def _chat_stream(body: dict, name: str) -> list[bytes]:
         )
 
     frames = [chunk({"role": "assistant", "content": ""})]
+    if body.get("reasoning_effort"):
+        frames += [chunk({"reasoning_content": part}) for part in ("Let me ", "think.")]
     if body.get("tools"):
         tool = body["tools"][0]["function"]["name"]
         arguments = json.dumps(TOOL_ARGUMENTS)
@@ -129,6 +135,8 @@ def _messages_json(body: dict, name: str) -> dict:
     if body.get("tools"):
         content = [{"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"], "input": TOOL_ARGUMENTS}]
         stop = "tool_use"
+    if body.get("thinking"):
+        content.insert(0, {"type": "thinking", "thinking": THINKING, "signature": SIGNATURE})
     return {
         "id": "msg_1",
         "type": "message",
@@ -164,11 +172,30 @@ def _messages_stream(body: dict, name: str) -> list[bytes]:
         block = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": word} for word in ("Hello ", "from ", name)]
         stop = "end_turn"
-    frames.append(sse({"type": "content_block_start", "index": 0, "content_block": block}, "content_block_start"))
+    index = 0
+    if body.get("thinking"):
+        thinking = [
+            {"type": "thinking_delta", "thinking": "Let me "},
+            {"type": "thinking_delta", "thinking": "think."},
+            {"type": "signature_delta", "signature": SIGNATURE},
+        ]
+        frames.append(
+            sse(
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+                "content_block_start",
+            )
+        )
+        frames += [
+            sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
+            for delta in thinking
+        ]
+        frames.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        index = 1
+    frames.append(sse({"type": "content_block_start", "index": index, "content_block": block}, "content_block_start"))
     frames += [
-        sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta") for delta in deltas
+        sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta") for delta in deltas
     ]
-    frames.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+    frames.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
     frames.append(
         sse(
             {

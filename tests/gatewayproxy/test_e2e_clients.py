@@ -117,7 +117,8 @@ def test_messages_to_messages_destination_json(gateway: GatewayThread, secondary
     sent = secondary.received[0]
     assert sent.path == "/v1/messages"
     assert sent.headers["x-api-key"] == "provider-b-key"
-    assert sent.headers["anthropic-version"] == "2023-06-01"
+    # The client's own API version goes upstream (a messages-shaped destination forwards it by default).
+    assert sent.headers["anthropic-version"] == gateway.anthropic.default_headers["anthropic-version"]
     assert "authorization" not in sent.headers
     assert sent.body["model"] == "provider-b-small-v1"
 
