@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+_multiprocess_dir: str | None = None  # set in a worker of several: metrics live in files shared by the workers
+
+
+def enable_multiprocess(directory: str) -> None:
+    """Keep every metric made from now on in this process's files under `directory` (prometheus-client's
+    multiprocess mode), where any worker's exposition reads and sums every worker's."""
+    global _multiprocess_dir
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    values.ValueClass = values.MultiProcessValue()
+    _multiprocess_dir = directory
+
+
+def process_exited(pid: int, directory: str) -> None:
+    """A worker ended: its live gauges (requests in flight) leave the totals."""
+    multiprocess.mark_process_dead(pid, directory)
 
 
 class GatewayMetrics:
@@ -39,7 +55,12 @@ class GatewayMetrics:
         self.retries = Counter("gateway_retries", "Repeated calls to the same target.", ["route"], registry=registry)
         self.fallbacks = Counter("gateway_fallbacks", "Moves to the next target.", ["route"], registry=registry)
         self.errors = Counter("gateway_errors", "Error responses by code.", ["code"], registry=registry)
-        self.in_flight = Gauge("gateway_in_flight_requests", "Data-plane requests being served.", registry=registry)
+        self.in_flight = Gauge(
+            "gateway_in_flight_requests",
+            "Data-plane requests being served.",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
         self.tokens = Counter(
             "gateway_tokens", "Tokens by destination and direction.", ["destination", "direction"], registry=registry
         )
@@ -68,5 +89,9 @@ class GatewayMetrics:
         return found
 
     def exposition(self) -> bytes:
-        """The text exposition format."""
+        """The text exposition format (of every worker, when there are several)."""
+        if _multiprocess_dir is not None:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=_multiprocess_dir)
+            return generate_latest(registry)
         return generate_latest(self.registry)

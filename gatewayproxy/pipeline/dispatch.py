@@ -29,7 +29,7 @@ from gatewayproxy.pipeline.routing import shape_params
 from gatewayproxy.plugins.decisions import BackendError
 from gatewayproxy.server.outliers import Outliers
 from gatewayproxy.server.protocol import Response
-from gatewayproxy.server.upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from gatewayproxy.server.upstream import UpstreamError, UpstreamIdle, UpstreamPool, UpstreamResponse
 from gatewayproxy.vaults.resolvers import VaultError, VaultUnavailable
 
 JSON_CONTENT = [(b"content-type", b"application/json")]
@@ -398,9 +398,9 @@ class Dispatch:
                         yield await self._released(frames, translator)
                 tail = translator.finish()
                 status = 502 if translator.failed else 200
-            except TimeoutError:
+            except (TimeoutError, UpstreamIdle) as error:
                 status = 504
-                tail = translator.fail("the upstream stream went idle", ErrorCode.UPSTREAM_TIMEOUT.value)
+                tail = translator.fail(f"the upstream stream went idle: {error}", ErrorCode.UPSTREAM_TIMEOUT.value)
             except (UpstreamError, OSError, ValueError) as error:
                 status = 502
                 self._failed(self._adapter_of(context), "5xx")

@@ -9,6 +9,7 @@ spend amounts are reserved on an estimate and corrected in `settle`, off the req
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from gatewayproxy.plugins.rate_limiters import (
     RedisWindowStore,
     build_store,
 )
+from gatewayproxy.server import workers
 
 NAME = "limits"
 MINUTE_MS, HOUR_MS = 60_000, 3_600_000
@@ -327,4 +329,17 @@ def build(deps: StageDeps) -> list[Stage]:
     store = build_store(
         plugin, deps.shared.get("limits.local", LocalStore), deps.shared.get(fallback_key, LocalStore), metrics
     )
+    worker = workers.current()
+    if isinstance(store, LocalStore) and worker is not None and worker.index == 0:
+        deps.shared.get("limits.per_process_warning", lambda: _warn_per_process(worker.count))
     return [*stages, LimitsStage(deps.config, store, deps.pricer)]
+
+
+def _warn_per_process(count: int) -> bool:
+    logging.getLogger("gatewayproxy.limits").warning(
+        "rate_limits are counted per worker process by the local limiter: with %d workers a caller may get up to "
+        "%d times each limit; configure plugins.rate_limiter kind redis_window to share them",
+        count,
+        count,
+    )
+    return True

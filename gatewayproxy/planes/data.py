@@ -23,6 +23,8 @@ from gatewayproxy.planes.mcp import McpProxy, jsonrpc_id
 from gatewayproxy.planes.mcp_sse import SSE_PATH, SseBridge
 from gatewayproxy.planes.native import PREFIX as NATIVE_PREFIX
 from gatewayproxy.planes.native import NativeProxy
+from gatewayproxy.planes.sse_peers import SsePeers
+from gatewayproxy.server import workers
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.state import Runtime
 
@@ -106,7 +108,9 @@ class DataPlane:
         self.runtime = runtime
         self.native = NativeProxy(runtime)
         self.mcp = McpProxy(runtime)
-        self.mcp_sse = SseBridge(self.mcp)
+        worker = workers.current()  # one of several worker processes: MCP-over-SSE messages may need a sibling
+        peers = SsePeers(worker, self, runtime.metrics.registry) if worker is not None else None
+        self.mcp_sse = SseBridge(self.mcp, peers)
 
     async def __call__(self, request: Request) -> Response:
         endpoint = ENDPOINTS.get(request.path)
@@ -217,6 +221,10 @@ class DataPlane:
 
     async def _mcp_request(self, request: Request) -> Response:
         """MCP traffic; the deprecated `/mcp` alias says so in a `Deprecation` header."""
+        if request.path == SSE_PATH:
+            forwarded = await self.mcp_sse.forwarded(request)
+            if forwarded is not None:
+                return forwarded  # served and accounted for by the worker holding the stream
         context = RequestContext(
             request=request, operation=Operation.MCP, protocol=Protocol.JSONRPC, state=self.runtime.state
         )

@@ -3,7 +3,9 @@
 `GET /v1/mcp/sse` opens the client's event stream and names its message endpoint
 (`/v1/mcp/sse?session_id=<random token>`); each `POST` there is relayed to the upstream as a Streamable HTTP
 request under the upstream session the gateway keeps for that stream, and the upstream's answers are written to
-the stream as `message` events. Tokens are bound to the principal that opened the stream.
+the stream as `message` events. Tokens are bound to the principal that opened the stream. With several workers a
+token also names the worker holding its stream, and a POST that lands on another worker is served by that one
+(`gatewayproxy.planes.sse_peers`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import orjson
 
 from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
+from gatewayproxy.http.connection import Request
 from gatewayproxy.http.sse import SseDecoder, encode_event
 from gatewayproxy.planes.mcp import (
     SESSION_HEADER,
@@ -28,6 +31,7 @@ from gatewayproxy.planes.mcp import (
     inspect_tool_result,
     jsonrpc_id,
 )
+from gatewayproxy.planes.sse_peers import SsePeers
 from gatewayproxy.server.protocol import Response
 
 SSE_PATH = "/v1/mcp/sse"
@@ -65,9 +69,25 @@ async def next_frame(outgoing: asyncio.Queue[bytes]) -> bytes:
 class SseBridge:
     """Serves `/v1/mcp/sse`: event streams on GET, their messages on POST."""
 
-    def __init__(self, proxy: McpProxy) -> None:
+    def __init__(self, proxy: McpProxy, peers: SsePeers | None = None) -> None:
         self.proxy = proxy
+        self.peers = peers
         self.sessions: dict[str, SseSession] = {}
+
+    async def forwarded(self, request: Request) -> Response | None:
+        """The answer of the sibling worker holding the stream of a message POST, when another worker holds it
+        (None: this worker serves the request)."""
+        if self.peers is None or request.method != "POST":
+            return None
+        token = parse_qs(request.query).get("session_id", [""])[0]
+        holder = self.peers.holder(token)
+        if holder is None or token in self.sessions:
+            return None
+        try:
+            return await self.peers.forward(holder, request)
+        except GatewayError as error:
+            body = error_body(Protocol.JSONRPC, error.code.value, error.message, error.status, jsonrpc_id(request.body))
+            return Response(error.status, [(b"content-type", b"application/json")], orjson.dumps(body))
 
     async def serve(self, context: RequestContext, finish: Callable[[RequestContext], None]) -> Response:
         """Open a stream or deliver a message."""
@@ -76,12 +96,16 @@ class SseBridge:
             raise GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "MCP over SSE accepts GET and POST")
         context.principal = await context.state.identity.authenticate(context.request.headers)
         if method == "GET":
+            if self.peers is not None:
+                await self.peers.listen()
             return self._open(context, finish)
         return await self._deliver(context)
 
     def _open(self, context: RequestContext, finish: Callable[[RequestContext], None]) -> Response:
         name, _ = self.proxy.destination(context, None)
         token = secrets.token_urlsafe(24)
+        if self.peers is not None:
+            token = self.peers.tag(token)
         session = SseSession(SessionOwner(context.principal.id, name))
         self.sessions[token] = session
 

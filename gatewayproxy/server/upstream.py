@@ -32,6 +32,10 @@ class UpstreamError(Exception):
     """The upstream could not be reached or broke the connection before answering."""
 
 
+class UpstreamIdle(UpstreamError):
+    """The upstream sent nothing for the read timeout (a stalled stream is 504, not a broken one)."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamLimits:
     """Per-request limits: connections open to the origin at most, seconds to wait for one of them, and
@@ -204,7 +208,7 @@ class _UpstreamProtocol(asyncio.Protocol):
             on_lost()
 
     def _read_expired(self) -> None:
-        self._fail(UpstreamError(f"the upstream sent nothing for {self.read_timeout}s"))
+        self._fail(UpstreamIdle(f"the upstream sent nothing for {self.read_timeout}s"))
 
     async def next_chunk(self) -> bytes | None:
         """Everything received since the last call (at least one chunk), or None at the end of the body.

@@ -316,3 +316,26 @@ def test_a_complete_stream_is_not_partial(
         response.read()
     record = Records(capsys).of(response.headers["x-request-id"])
     assert (record["streamed"], record["partial"], record["status"]) == (True, False, 200)
+
+
+def test_a_stream_that_goes_idle_is_settled_as_partial_504(
+    tmp_path: Path, primary: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = {
+        "server": {"stream_idle_timeout_ms": 300},
+        "vaults": [{"name": VAULT, "resolver": "env", "env_var": "PATH"}],
+        "destinations": {"plain": _destination(primary)},
+        "routes": [_route("st", "plain")],
+        "plugins": {"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
+    }
+    running = GatewayThread(document).start()
+    try:
+        primary.reset("stall_stream")
+        with httpx.stream("POST", f"{running.url}/v1/chat/completions", json=STREAM_BODY) as response:
+            text = response.read().decode()
+        assert "upstream_timeout" in text
+        record = Records(capsys).of(response.headers["x-request-id"])
+    finally:
+        running.stop()
+    assert (record["streamed"], record["partial"], record["status"]) == (True, True, 504)
+    assert record["output_tokens"] > 0

@@ -68,7 +68,7 @@ def test_avro_encoding_registers_the_schema_and_uses_the_wire_format() -> None:
         assert json.loads(registry.bodies[0]["schema"])["name"] == "UsageRecord"
     assert value[:5] == b"\x00" + struct.pack(">I", 42)
     decoded = fastavro.schemaless_reader(io.BytesIO(value[5:]), fastavro.parse_schema(AVRO_SCHEMA))
-    assert decoded == {**RECORD, "cache_hit": False}  # the schema's default for a record without it
+    assert decoded == {**RECORD, "cache_hit": False, "partial": False}  # the schema's defaults, absent from it
 
 
 def test_unreachable_broker_spools(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> None:
