@@ -101,9 +101,13 @@ async def measure(name: str, port: int, path: str, *, requests: int, seconds: fl
     return Figures(name, c1, c32, stream)
 
 
-def gateway_config(directory: Path, provider_port: int, port: int, *, governed: bool = False) -> Path:
+def gateway_config(
+    directory: Path, provider_port: int, port: int, *, governed: bool = False, cached: bool = False
+) -> Path:
     """The gateway's config; `governed` adds every governance stage the issue names: a Redis rate limit with
-    token and spend budgets (spend admission), a pii_regex guardrail and a stdout usage sink."""
+    token and spend budgets (spend admission), a pii_regex guardrail and a stdout usage sink. `cached` adds a
+    `memory_exact` response cache: the load repeats one body, so every request after the first is a hit (the
+    streamed ones replayed from the same entry)."""
     keys = directory / "keys.yaml"
     keys.write_text(yaml.safe_dump({"keys": [{"sha256": hashlib.sha256(b"bench").hexdigest(), "principal": "b"}]}))
     config = {
@@ -138,7 +142,9 @@ def gateway_config(directory: Path, provider_port: int, port: int, *, governed: 
             "usage_sinks": [{"name": "out", "kind": "stdout"}],
         }
         config["rate_limits"] = [{"name": "everyone", "qpm": 10**9, "tpm": 10**12, "budget_usd_per_month": 10**9}]
-    path = directory / ("governed.yaml" if governed else "gateway.yaml")
+    if cached:
+        config["plugins"] = {"cache": {"name": "answers", "kind": "memory_exact"}}
+    path = directory / ("governed.yaml" if governed else "cached.yaml" if cached else "gateway.yaml")
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -243,9 +249,13 @@ def main() -> None:
                 args,
             )
         ]
-        for name, governed in (("this gateway (1 worker)", False), ("this gateway + governance (1 worker)", True)):
+        for name, governed, cached in (
+            ("this gateway (1 worker)", False, False),
+            ("this gateway + governance (1 worker)", True, False),
+            ("this gateway, cache hits (1 worker)", False, True),
+        ):
             port = free_port()
-            config = gateway_config(directory, provider_port, port, governed=governed)
+            config = gateway_config(directory, provider_port, port, governed=governed, cached=cached)
             admin = yaml.safe_load(config.read_text())["server"]["admin_listen"]
             others.append(
                 run_target(
