@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest services bench clean
+.PHONY: run test lint typecheck pytest services chromium bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ run: $(VENV)/.runtime-installed
 services:
 	scripts/ensure-services.sh
 
+# The admin console's browser test (tests/admin/test_browser.py) drives Debian's chromium; installed when missing.
+chromium:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver)
+
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -32,7 +37,7 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy .
 
-pytest: $(VENV)/.dev-installed services
+pytest: $(VENV)/.dev-installed services chromium
 	$(BIN)/pytest
 
 test: lint typecheck pytest

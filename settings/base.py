@@ -83,6 +83,7 @@ MIDDLEWARE = [
     "registry.core.middleware.BodySizeLimitMiddleware",
     "registry.core.middleware.ArrayQueryParamsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -154,8 +155,13 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# Static files (the admin's CSS and JS) are served by WhiteNoise from the registry process itself.
+# Collected (the image runs `manage.py collectstatic` at build, under the code, not the data directory):
+# that tree is served, compressed. Not collected (`make run`, tests): each file is found in its app.
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", not STATIC_ROOT.is_dir())
+WHITENOISE_AUTOREFRESH = WHITENOISE_USE_FINDERS
 
 # Request bodies: anything larger is answered 413 before a view runs.
 REGISTRY_MAX_BODY_BYTES = env_int("REGISTRY_MAX_BODY_BYTES", 2 * 1024 * 1024)
@@ -170,7 +176,7 @@ STORAGES = {
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": DATA_DIR / "uploads"},
     },
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
 REST_FRAMEWORK = {

@@ -1,18 +1,31 @@
-"""Django admin for agents and their versions (read-only history)."""
+"""Django admin for agents and their versions (read-only history), each linked to its sessions."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.safestring import SafeString
 
 from registry.agents.models import Agent, AgentVersion
-from registry.core.admin import ReadOnlyInline
+from registry.core.admin import ArchivedFilter, ReadOnlyInline, changelist_link
+from registry.sessions.models import Session
+
+
+def version_sessions(version: AgentVersion) -> SafeString:
+    return changelist_link(Session, "sessions", agent=version.agent_id, agent_version=version.version)
 
 
 class AgentVersionInline(ReadOnlyInline):
     model = AgentVersion
-    fields = ("version", "created_at", "spec")
+    fields = ("version", "created_at", "sessions")
     ordering = ("-version",)
+    show_change_link = True
+
+    @admin.display(description="sessions")
+    def sessions(self, version: AgentVersion) -> SafeString:
+        return version_sessions(version)
 
 
 @admin.register(Agent)
@@ -20,11 +33,40 @@ class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Agents change only through the API (every change is a version); staff can read and archive."""
 
     list_display = ("id", "name", "workspace", "version", "created_at", "archived_at")
-    list_filter = ("archived_at",)
+    list_filter = (ArchivedFilter, "created_at")
+    list_select_related = ("workspace",)
     search_fields = ("id", "name")
-    readonly_fields = ("id", "workspace", "name", "version", "spec", "created_at", "updated_at")
+    readonly_fields = ("id", "workspace", "name", "version", "sessions", "spec", "created_at", "updated_at")
     fields = (*readonly_fields, "archived_at")
     inlines = [AgentVersionInline]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.display(description="sessions")
+    def sessions(self, agent: Agent) -> SafeString:
+        return changelist_link(Session, f"{agent.sessions.count()} sessions", agent=agent.pk)
+
+
+@admin.register(AgentVersion)
+class AgentVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """One immutable definition of an agent, with the sessions that run it."""
+
+    list_display = ("__str__", "agent", "version", "created_at")
+    list_select_related = ("agent",)
+    search_fields = ("agent__id", "agent__name")
+    fields = ("agent", "version", "sessions", "created_at", "spec")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="sessions")
+    def sessions(self, version: AgentVersion) -> SafeString:
+        return version_sessions(version)

@@ -1,13 +1,21 @@
-"""Django admin for environments."""
+"""Django admin for environments, each linked to the sessions that run in it."""
 
 from django.contrib import admin
+from django.utils.safestring import SafeString
 
+from registry.core.admin import ArchivedFilter, changelist_link
 from registry.environments.models import Environment
+from registry.sessions.models import Session
 
 
 @admin.register(Environment)
 class EnvironmentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("id", "name", "workspace", "scope", "created_at", "archived_at")
-    list_filter = ("archived_at", "scope")
+    list_filter = (ArchivedFilter, "scope", "created_at")
+    list_select_related = ("workspace",)
     search_fields = ("id", "name")
-    readonly_fields = ("id", "created_at", "updated_at")
+    readonly_fields = ("id", "sessions", "created_at", "updated_at")
+
+    @admin.display(description="sessions")
+    def sessions(self, environment: Environment) -> SafeString:
+        return changelist_link(Session, f"{environment.sessions.count()} sessions", environment=environment.pk)

@@ -1,4 +1,5 @@
-"""Django admin for workspace staff: workspaces, API keys (a new key is shown once), memberships."""
+"""Django admin for workspace staff: workspaces (with links to their resources), API keys (a new key is
+shown once), memberships."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 
-from registry.core.admin import ReadOnlyInline
+from registry.agents.models import Agent
+from registry.core.admin import ReadOnlyInline, changelist_link
+from registry.environments.models import Environment
+from registry.sessions.models import Session
+from registry.vaults.models import Vault
 from registry.workspaces import services
 from registry.workspaces.models import ApiKey, OidcMembership, Workspace
 
@@ -22,8 +29,14 @@ class ApiKeyInline(ReadOnlyInline):
 class WorkspaceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("id", "name", "created_at")
     search_fields = ("id", "name")
-    readonly_fields = ("id", "created_at")
+    readonly_fields = ("id", "resources", "created_at")
     inlines = [ApiKeyInline]
+
+    @admin.display(description="resources")
+    def resources(self, workspace: Workspace) -> SafeString:
+        models = (("agents", Agent), ("sessions", Session), ("environments", Environment), ("vaults", Vault))
+        links = ((changelist_link(model, name, workspace=workspace.pk),) for name, model in models)
+        return format_html_join(" · ", "{}", links)
 
 
 @admin.register(ApiKey)

@@ -1,0 +1,109 @@
+"""The admin console in a real browser: Debian's Chromium (driven by Selenium through chromedriver) against
+the registry under daphne. A staff member logs in, opens a session with a finished turn, reads its styled
+transcript, and sees an event appended meanwhile appear without a reload. The screenshot is kept in
+var/test-artifacts/."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
+from django.contrib.auth.models import User
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.admin.turns import ANSWER, QUESTION, STAFF_PASSWORD, Turn, emit
+from tests.support.live import ROOT, live_registry
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+ARTIFACTS = ROOT / "var" / "test-artifacts"
+CHROMIUM = "chromium"
+CHROMEDRIVER = "chromedriver"
+WAIT_SECONDS = 15
+
+
+def installed(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(
+            f"{name} is not installed: `make test` installs Debian's chromium and chromium-driver "
+            "(or run `apt-get install -y chromium chromium-driver`)",
+            pytrace=False,
+        )
+    return found
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = installed(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,2000"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=installed(CHROMEDRIVER)))
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def live_staff(staff: User) -> User:
+    """The staff user with a password hash that daphne's settings (not the tests' fast MD5) can check."""
+    hasher = PBKDF2PasswordHasher()
+    staff.password = hasher.encode(STAFF_PASSWORD, hasher.salt())
+    staff.save(update_fields=["password"])
+    return staff
+
+
+@pytest.fixture
+def registry_url() -> Iterator[str]:
+    with live_registry() as url:
+        yield url
+
+
+def log_in(browser: webdriver.Chrome, registry_url: str, next_path: str) -> None:
+    browser.get(f"{registry_url}/admin/login/?next={next_path}")
+    browser.find_element(By.NAME, "username").send_keys("staff")
+    browser.find_element(By.NAME, "password").send_keys(STAFF_PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
+def transcript_text(browser: webdriver.Chrome) -> str:
+    return str(browser.find_element(By.ID, "transcript-events").text)
+
+
+def screenshot(browser: webdriver.Chrome, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    browser.save_screenshot(str(path))
+    return path
+
+
+def test_staff_reads_a_styled_transcript_that_follows_the_session(browser, registry_url, live_staff, turn: Turn):
+    session_page = f"/admin/agent_sessions/session/{quote(turn.session_id)}/change/"
+    log_in(browser, registry_url, session_page)
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    wait.until(lambda driver: driver.find_elements(By.ID, "transcript-events"))
+    text = transcript_text(browser)
+    for expected in (QUESTION, ANSWER, "Tool call: bash", "notes.txt", "Error: model_overloaded_error"):
+        assert expected in text
+    assert "input 1200 · output 345" in text and "Status: idle" in text
+    assert browser.find_element(By.CSS_SELECTOR, ".kind-thinking details").get_attribute("open") is None
+
+    header = browser.execute_script("return getComputedStyle(document.getElementById('header')).backgroundColor")
+    assert header not in ("", "transparent", "rgba(0, 0, 0, 0)"), "the admin's stylesheet did not apply"
+    stylesheet = httpx.get(f"{registry_url}/static/admin/css/base.css", timeout=5)
+    assert stylesheet.status_code == 200 and stylesheet.headers["content-type"].startswith("text/css")
+    assert screenshot(browser, "admin-session-transcript.png").stat().st_size > 10_000
+
+    browser.execute_script("window.notReloaded = true")
+    emit(turn.session_id, "agent.message", content=[{"type": "text", "text": "A follow-up arrived live."}])
+    wait.until(lambda driver: "A follow-up arrived live." in transcript_text(driver))
+    assert browser.execute_script("return window.notReloaded") is True
+    screenshot(browser, "admin-session-transcript-followed.png")
