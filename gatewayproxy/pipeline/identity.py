@@ -94,6 +94,7 @@ class JwtValidator:
         self._static_key = load_public_key(config.static_public_key_pem) if config.static_public_key_pem else None
         self._keys: dict[str, Any] = {}
         self._fetched_at = float("-inf")
+        self._fetch_failed = False  # the last JWKS fetch failed: an unknown key is the issuer's outage, not a forgery
         self._lock = asyncio.Lock()
 
     async def authenticate(self, token: str) -> Principal | None:
@@ -111,8 +112,15 @@ class JwtValidator:
 
     def _checks(self) -> dict[str, Any]:
         config = self.config
-        options = {"verify_aud": bool(config.audiences), "verify_iss": bool(config.issuers)}
-        return {"audience": config.audiences or None, "issuer": config.issuers or None, "options": options}
+        options: dict[str, Any] = {"verify_aud": bool(config.audiences), "verify_iss": bool(config.issuers)}
+        if config.require_exp:
+            options["require"] = ["exp"]
+        return {
+            "audience": config.audiences or None,
+            "issuer": config.issuers or None,
+            "options": options,
+            "leeway": config.leeway_secs,  # applied to `exp` and `nbf`
+        }
 
     async def _key_for(self, header: dict[str, Any]) -> Any:
         if self._static_key is not None:
@@ -123,7 +131,11 @@ class JwtValidator:
         if kid in self._keys:
             return self._keys[kid]
         # A single-key JWKS serves tokens without a kid.
-        return next(iter(self._keys.values())) if not kid and len(self._keys) == 1 else None
+        if not kid and len(self._keys) == 1:
+            return next(iter(self._keys.values()))
+        if self._fetch_failed:
+            raise GatewayError(ErrorCode.IDENTITY_UNAVAILABLE, f"the signing keys of {self.name!r} cannot be fetched")
+        return None
 
     async def _refresh(self) -> None:
         async with self._lock:
@@ -135,9 +147,14 @@ class JwtValidator:
                 status, body = await self._fetch(
                     self.config.jwks_url, {"accept": "application/json"}, JWKS_FETCH_TIMEOUT_SECONDS
                 )
-                self._keys = _parse_jwks(body) if status == 200 else self._keys
-            except (OSError, ValueError, jwt.PyJWTError) as error:
-                logger.warning("cannot fetch JWKS of %s: %s", self.name, error)
+                if status != 200:
+                    raise ValueError(f"the JWKS answered {status}")
+                self._keys = _parse_jwks(body)  # keys removed from the JWKS are dropped here
+                self._fetch_failed = False
+            except Exception as error:  # connection, timeout, status and parse failures alike
+                if not self._fetch_failed:
+                    logger.warning("cannot fetch JWKS of %s: %s", self.name, error)
+                self._fetch_failed = True
 
 
 def _parse_jwks(body: bytes) -> dict[str, Any]:
@@ -176,10 +193,17 @@ class IdentityStage:
         token = bearer_token(headers)
         if token is None:
             raise GatewayError(ErrorCode.UNAUTHENTICATED, "missing `Authorization: Bearer` credential")
+        unavailable: GatewayError | None = None
         for validator in self._validators:
-            principal = await validator.authenticate(token)
+            try:
+                principal = await validator.authenticate(token)
+            except GatewayError as error:  # this validator cannot judge now; another may still accept the token
+                unavailable = error
+                continue
             if principal is not None:
                 return principal
+        if unavailable is not None:
+            raise unavailable
         raise GatewayError(ErrorCode.UNAUTHENTICATED, "the credential was not accepted")
 
     def _with_trusted_headers(self, principal: Principal, headers: Mapping[str, str]) -> Principal:

@@ -1,0 +1,104 @@
+"""End to end, JWT edge cases: `exp` required unless `require_exp: false`, `leeway_secs` on `exp` and `nbf`, and a
+JWKS that cannot be fetched (503 `identity_unavailable`, boot not blocked)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
+
+pytestmark = pytest.mark.e2e
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def token(**claims: Any) -> str:
+    return jwt.encode({"sub": "user-1", **claims}, KEY, algorithm="RS256")
+
+
+def _validator(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": "jwt",
+        "insecure_allow_any_issuer": True,
+        "insecure_allow_any_audience": True,
+        **extra,
+    }
+
+
+def _gateway(tmp_path: Path, primary: FakeProvider, validators: list[dict[str, Any]]) -> GatewayThread:
+    pem = KEY.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    (tmp_path / "key.pem").write_bytes(pem)
+    document = {
+        "identity": {"validators": validators},
+        "vaults": [{"name": "static", "resolver": "env", "env_var": "PATH"}],
+        "destinations": {
+            "one": {"kind": "vendor_a_compatible", "base_url": f"{primary.url}/v1", "credentials": {"vault": "static"}}
+        },
+        "routes": [{"name": "any", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
+    }
+    return GatewayThread(document, base_dir=str(tmp_path)).start()
+
+
+@pytest.fixture
+def strict(tmp_path: Path, primary: FakeProvider) -> Iterator[GatewayThread]:
+    running = _gateway(tmp_path, primary, [_validator("pem", static_public_key_pem="key.pem", leeway_secs=30)])
+    yield running
+    running.stop()
+
+
+def post(gateway: GatewayThread, credential: str) -> httpx.Response:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    return httpx.post(
+        f"{gateway.url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {credential}"}
+    )
+
+
+def test_exp_is_required_and_leeway_applies_to_exp_and_nbf(strict: GatewayThread) -> None:
+    now = int(time.time())
+    assert post(strict, token()).status_code == 401  # no exp
+    assert post(strict, token(exp=now + 60)).status_code == 200
+    assert post(strict, token(exp=now - 10)).status_code == 200  # within the 30 s leeway
+    assert post(strict, token(exp=now - 120)).status_code == 401
+    assert post(strict, token(exp=now + 60, nbf=now + 10)).status_code == 200  # within the leeway
+    assert post(strict, token(exp=now + 600, nbf=now + 300)).status_code == 401
+
+
+def test_require_exp_false_accepts_a_token_without_exp(tmp_path: Path, primary: FakeProvider) -> None:
+    running = _gateway(
+        tmp_path, primary, [_validator("pem", static_public_key_pem="key.pem", require_exp=False, leeway_secs=0)]
+    )
+    try:
+        assert post(running, token()).status_code == 200
+        assert post(running, token(exp=int(time.time()) - 5)).status_code == 401  # no leeway
+    finally:
+        running.stop()
+
+
+def test_an_unreachable_jwks_is_503_and_does_not_block_boot(tmp_path: Path, primary: FakeProvider) -> None:
+    jwks_url = f"http://127.0.0.1:{closed_port()}/jwks"
+    started = time.monotonic()
+    running = _gateway(tmp_path, primary, [_validator("idp", jwks_url=jwks_url)])
+    try:
+        assert time.monotonic() - started < 5
+        assert httpx.get(f"{running.admin_url}/readyz").status_code == 200
+        refused = post(running, jwt.encode({"exp": int(time.time()) + 60}, KEY, "RS256", headers={"kid": "k1"}))
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "identity_unavailable"
+    finally:
+        running.stop()
