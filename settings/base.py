@@ -80,6 +80,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "registry.core.middleware.RequestIdMiddleware",
+    "registry.core.observability.RequestObservabilityMiddleware",
     "registry.core.middleware.BodySizeLimitMiddleware",
     "registry.core.middleware.ArrayQueryParamsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -287,11 +288,26 @@ IDEMPOTENCY_KEY_TTL_SECONDS = 24 * 3600
 # A key whose first request started this long ago and never finished is taken over.
 IDEMPOTENCY_STALE_SECONDS = env_int("IDEMPOTENCY_STALE_SECONDS", 300)
 
+# Observability (README, "Observability"): `LOG_FORMAT=json` writes one JSON object per log line; the
+# health server of runsessions (9100) and runtriggers (9101): `REGISTRY_HEALTH_PORT` 0 = a free port,
+# named in the "started" log line, `off` = none; the API's /metrics wants this bearer token when set,
+# else answers loopback clients only; SIGTERM gives running turns this long to leave their sessions.
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+REGISTRY_HEALTH_PORT = env_str("REGISTRY_HEALTH_PORT")
+REGISTRY_HEALTH_BIND = env_str("REGISTRY_HEALTH_BIND", "0.0.0.0")
+REGISTRY_METRICS_TOKEN = env_str("REGISTRY_METRICS_TOKEN")
+REGISTRY_RUNTIME_DRAIN_SECONDS = float(env_str("REGISTRY_RUNTIME_DRAIN_SECONDS", "25"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "registry.core.observability.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_FORMAT == "json" else "plain"}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.request": {"level": "ERROR"}},
 }

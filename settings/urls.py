@@ -1,4 +1,4 @@
-"""Root URL configuration: discovery and health, `/v1/...` resources, OpenAPI, Django admin.
+"""Root URL configuration: discovery and health, metrics, `/v1/...` resources, OpenAPI, Django admin.
 
 Anything else (the old `/v1/registry/...` form included) is a 404 in the error envelope.
 """
@@ -10,10 +10,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
 from registry.core.errors import ErrorType, json_error
+from registry.core.observability import metrics_view
 from registry.internal.views import JwksView
 
 urlpatterns = [
     path("", include("registry.discovery.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("v1/", include("registry.agents.urls")),
     path("v1/", include("registry.environments.urls")),
     path("v1/", include("registry.sessions.urls")),

@@ -6,9 +6,14 @@ statement. It sleeps until LISTEN/NOTIFY (PostgreSQL), an embedded call, a finis
 safety-net poll wakes it. A notification about a session that is running here is handed to its
 runner instead (an interrupt, an archive, a new message), so turns notice them at once.
 
-SIGTERM (or SIGINT) stops claiming; running turns stop at their next checkpoint without writing,
-their leases released, so another worker resumes them from the log at once. A second signal stops
-the process immediately.
+SIGTERM (or SIGINT) drains: the worker stops claiming (`/readyz` answers 503), running turns stop at
+their next checkpoint without writing, their leases are released and the other workers notified, so
+one of them resumes each from the log at once. A turn stuck where there is no checkpoint (waiting for
+a model's first byte, a package build) is let go after `REGISTRY_RUNTIME_DRAIN_SECONDS`: its lease
+released the same way, its thread abandoned (`runsessions` then exits without waiting for it; its
+writes are fenced out). A second signal stops the process immediately. Turns, tool calls, sandboxes
+and leases are counted for Prometheus (`MeteredRunner`, `MeteredBackend`), the harness stays free of
+metrics.
 """
 
 from __future__ import annotations
@@ -22,25 +27,132 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
+from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
+from prometheus_client import Counter, Gauge, Histogram
 
+from registry.core.observability import DatabaseGauge, HealthServer, database_reachable, log_ids
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.harness import SessionRunner, WorkerStopping, fail_turn
 from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost, claim_batch
 from registry.runtime.model import ModelClient
 from registry.runtime.wakeups import NotificationListener, can_listen
-from registry.sandbox.backend import BwrapBackend, SandboxUnavailable, bwrap_path, make_backend
+from registry.sandbox.backend import (
+    BwrapBackend,
+    BwrapSandbox,
+    SandboxSpec,
+    SandboxUnavailable,
+    bwrap_path,
+    make_backend,
+)
 from registry.sessions import notify
-from registry.sessions.models import Session
+from registry.sessions.models import Session, SessionEvent
+from registry.sessions.services import sessions_with_work
 
 logger = logging.getLogger(__name__)
 
 STOP_SIGNALS = ("SIGTERM", "SIGINT")
 # Without LISTEN (SQLite in separate processes) the poll is all there is: keep it short.
 POLL_WITHOUT_LISTEN_SECONDS = 0.5
+HEALTH_PORT = 9100
+
+# -- metrics -------------------------------------------------------------------------------------
+QUEUE_DEPTH = DatabaseGauge(
+    "registry_runtime_queue_depth",
+    "Sessions with work that no worker holds, counted when scraped (the same for every worker).",
+    lambda: Session.objects.filter(sessions_with_work()).count(),
+)
+LEASES_HELD = Gauge("registry_runtime_leases_held", "Sessions this worker holds a lease on.")
+LEASE_LOSSES = Counter(
+    "registry_runtime_lease_losses_total", "Leases lost under a running turn (renewed too late or taken over)."
+)
+TURNS_STARTED = Counter("registry_runtime_turns_started_total", "Turns started or resumed on this worker.")
+TURNS_FINISHED = Counter(
+    "registry_runtime_turns_finished_total",
+    "Turns that ended on this worker, by outcome: the idle stop reason, or left, lease_lost, failed.",
+    ["outcome"],
+)
+TURN_SECONDS = Histogram(
+    "registry_runtime_turn_duration_seconds",
+    "How long turns ran on this worker.",
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+TOOL_CALLS = Counter("registry_runtime_tool_calls_total", "Tool calls the model made, by kind.", ["kind"])
+TOOL_ERRORS = Counter(
+    "registry_runtime_tool_errors_total", "Tool results the runtime wrote with is_error, by kind.", ["kind"]
+)
+SANDBOX_STARTS = Counter(
+    "registry_runtime_sandbox_starts_total", "Session sandboxes prepared on this worker (created or restored)."
+)
+TOOL_USE_KINDS = {"agent.tool_use": "builtin", "agent.mcp_tool_use": "mcp", "agent.custom_tool_use": "custom"}
+TOOL_RESULT_KINDS = {"agent.tool_result": "builtin", "agent.mcp_tool_result": "mcp"}
+
+
+def count_tool_event(event_type: str, body: dict[str, Any]) -> None:
+    if event_type in TOOL_USE_KINDS:
+        TOOL_CALLS.labels(TOOL_USE_KINDS[event_type]).inc()
+    elif event_type in TOOL_RESULT_KINDS and body.get("is_error"):
+        TOOL_ERRORS.labels(TOOL_RESULT_KINDS[event_type]).inc()
+
+
+def turn_outcome(error: BaseException) -> str:
+    if isinstance(error, WorkerStopping):
+        return "left"
+    return "lease_lost" if isinstance(error, LeaseLost) else "failed"
+
+
+class MeteredRunner(SessionRunner):
+    """A `SessionRunner` whose turns (outcome, duration) and tool calls are counted."""
+
+    stop_reason = "none"
+
+    def _run_turn(self) -> None:
+        TURNS_STARTED.inc()
+        started = time.monotonic()
+        outcome = "failed"
+        try:
+            super()._run_turn()
+            outcome = self.stop_reason
+        except BaseException as error:
+            outcome = turn_outcome(error)
+            raise
+        finally:
+            TURNS_FINISHED.labels(outcome).inc()
+            TURN_SECONDS.observe(time.monotonic() - started)
+
+    def _set_status(self, status: str, stop_reason: dict[str, Any] | None = None) -> None:
+        super()._set_status(status, stop_reason)
+        if stop_reason is not None:
+            self.stop_reason = str(stop_reason["type"])
+
+    def _emit(
+        self, event_type: str, body: dict[str, Any], event_id: str | None = None, *, flush: bool = True
+    ) -> SessionEvent:
+        event = super()._emit(event_type, body, event_id, flush=flush)
+        if event_type in TOOL_USE_KINDS or event_type in TOOL_RESULT_KINDS:
+            transaction.on_commit(lambda: count_tool_event(event_type, body))  # not for a rolled-back write
+        return event
+
+
+class MeteredBackend(BwrapBackend):
+    """The bubblewrap backend, counting the sandboxes it prepares."""
+
+    def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
+        fresh = spec.session_id not in self.sandboxes
+        sandbox = super().ensure(spec)
+        if fresh:
+            SANDBOX_STARTS.inc()
+        return sandbox
+
+
+class WakeupListener(NotificationListener):
+    """The LISTEN thread, and whether it still runs (for `/readyz`)."""
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
 
 def worker_id() -> str:
@@ -65,6 +177,9 @@ class Worker:
         self.ended: set[str] = set()
         self.runners_lock = threading.Lock()
         self.sessions_run = 0
+        self.listener: WakeupListener | None = None
+        # Sessions whose turn was let go at the drain deadline, their threads still running.
+        self.abandoned: list[str] = []
 
     # -- signals and wake-ups ------------------------------------------------------------------
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
@@ -86,19 +201,35 @@ class Worker:
                 self.ended.add(session_id)  # archived or deleted while idle? the dispatcher checks
             self.wake.set()
 
+    def readiness(self) -> str | None:
+        """Why this worker cannot take work now (draining, not listening, no database), or None."""
+        if self.stopping.is_set():
+            return "draining"
+        if self.listener is not None and not self.listener.alive():
+            return "the wake-up listener is down"
+        return None if database_reachable() else "the database is unreachable"
+
     # -- the dispatcher ------------------------------------------------------------------------
-    def run(self, *, once: bool = False, max_idle: float | None = None) -> None:
-        """Claim and run until stopped; `once` runs one session, `max_idle` exits after that long idle."""
+    def run(self, *, once: bool = False, max_idle: float | None = None, health: HealthServer | None = None) -> None:
+        """Claim and run until stopped; `once` runs one session, `max_idle` exits after that long idle.
+        `health` is served while the worker runs, draining included."""
         if not self.embedded:
             for name in STOP_SIGNALS:
                 signal.signal(getattr(signal, name), self.stop)
-        listener = NotificationListener(self.notified) if can_listen() else None
+        listener = self.listener = WakeupListener(self.notified) if can_listen() else None
         poll = self.config.poll_seconds if listener else min(self.config.poll_seconds, POLL_WITHOUT_LISTEN_SECONDS)
         notify.add_local_runtime_listener(self.notified)
         self.keeper.start()
         if listener:
             listener.start()
-        logger.info("runtime worker %s started (concurrency %d)", self.owner, self.config.concurrency)
+        if health:
+            health.start()
+        logger.info(
+            "runtime worker %s started (concurrency %d, health port %s)",
+            self.owner,
+            self.config.concurrency,
+            health.port if health else "off",
+        )
         pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="session")
         idle_since = time.monotonic()
         try:
@@ -119,13 +250,33 @@ class Worker:
         finally:
             self.stopping.set()
             notify.remove_local_runtime_listener(self.notified)
-            pool.shutdown(wait=True)
+            self._drain()
+            pool.shutdown(wait=not self.abandoned)
             if listener:
                 listener.stop()
             self.keeper.stop()
             self.model.close()
+            if health:
+                health.stop()
             close_old_connections()
             logger.info("runtime worker %s stopped", self.owner)
+
+    def _drain(self) -> None:
+        """Wait up to REGISTRY_RUNTIME_DRAIN_SECONDS for running turns to leave, then let go of the rest."""
+        deadline = time.monotonic() + float(settings.REGISTRY_RUNTIME_DRAIN_SECONDS)
+        while self._running() and (left := deadline - time.monotonic()) > 0:
+            self.wake.wait(min(left, 0.1))  # set by each `_finish`
+            self.wake.clear()
+        with self.runners_lock:
+            stuck = [runner.lease for runner in self.runners.values()]
+        for lease in stuck:
+            logger.warning("session %s: its turn reached no checkpoint in time; letting it go", lease.session_id)
+            self.keeper.drop(lease)
+            self.abandoned.append(lease.session_id)
+            try:
+                self._hand_over(lease)
+            except Exception as error:  # the database is away: the lease expires on its own
+                logger.warning("releasing %s failed: %s", lease.session_id, error)
 
     def _tend_sandboxes(self) -> None:
         """Stop idle sandboxes (files stay); destroy those of sessions terminated or deleted meanwhile."""
@@ -161,7 +312,7 @@ class Worker:
 
     def _start(self, pool: ThreadPoolExecutor, claim: Claim) -> None:
         lease = self.keeper.hold(claim)
-        runner = SessionRunner(
+        runner = MeteredRunner(
             lease=lease,
             model=self.model,
             identity=self.identity,
@@ -172,47 +323,63 @@ class Worker:
         with self.runners_lock:
             self.runners[lease.session_id] = runner
         self.sessions_run += 1
+        LEASES_HELD.inc()
         pool.submit(self._run_session, runner, claim)
 
     def _run_session(self, runner: SessionRunner, claim: Claim) -> None:
         lease = runner.lease
         left_for_another = False
-        try:
-            if claim.attempts > self.config.max_attempts:
-                fail_turn(lease, "The turn was abandoned by its worker too many times.", retry="exhausted")
-            else:
-                runner.run()
-        except (LeaseLost, WorkerStopping) as reason:
-            left_for_another = isinstance(reason, WorkerStopping)
-            logger.info("left session %s: %s", lease.session_id, type(reason).__name__)
-        except Exception:
-            logger.exception("session %s failed", lease.session_id)
-            fail_turn(lease, "The runtime failed to run this turn.", retry="exhausted")
-        finally:
-            self._finish(lease, left_for_another)
+        with log_ids(session_id=lease.session_id):
+            try:
+                if claim.attempts > self.config.max_attempts:
+                    fail_turn(lease, "The turn was abandoned by its worker too many times.", retry="exhausted")
+                else:
+                    runner.run()
+            except (LeaseLost, WorkerStopping) as reason:
+                left_for_another = isinstance(reason, WorkerStopping)
+                if lease.lost.is_set():
+                    LEASE_LOSSES.inc()
+                logger.info("left session %s: %s", lease.session_id, type(reason).__name__)
+            except Exception:
+                logger.exception("session %s failed", lease.session_id)
+                fail_turn(lease, "The runtime failed to run this turn.", retry="exhausted")
+            finally:
+                self._finish(lease, left_for_another)
 
     def _finish(self, lease: Lease, left_for_another: bool) -> None:
         self.keeper.drop(lease)
         if self.sandboxes is not None:
             self._destroy_if_ended(lease.session_id)
         try:
-            lease.release(keep_attempt=not left_for_another)
+            if left_for_another:
+                self._hand_over(lease)
+            else:
+                lease.release()
         except Exception as error:
             logger.warning("releasing %s failed (it expires on its own): %s", lease.session_id, error)
         finally:
+            LEASES_HELD.dec()
             with self.runners_lock:
                 self.runners.pop(lease.session_id, None)
             connection.close()
             self.wake.set()
 
+    @staticmethod
+    def _hand_over(lease: Lease) -> None:
+        """Release a session left at shutdown (not counted as an attempt) and wake the other workers for it."""
+        lease.release(keep_attempt=False)
+        notify.wake_runtime(lease.session_id)
+
 
 def sandbox_backend() -> BwrapBackend | None:
-    """The configured sandbox backend, or None (with one log line) when it is off or cannot start."""
+    """The configured sandbox backend (counting its sandboxes), or None (with one log line) when it is
+    off or cannot start."""
     try:
         backend = make_backend()
-        if backend is not None:
-            bwrap_path()
-        return backend
+        if backend is None:
+            return None
+        bwrap_path()
+        return MeteredBackend(backend.root, backend.limits)
     except SandboxUnavailable as error:
         logger.warning("no session sandboxes: %s; built-in tools are not offered", error)
         return None

@@ -1,13 +1,17 @@
-"""`python manage.py runsessions`: run a session runtime worker until SIGTERM."""
+"""`python manage.py runsessions`: run a session runtime worker, with its health server, until SIGTERM."""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from registry.core.observability import health_server
 from registry.runtime.config import RuntimeSettings
-from registry.runtime.worker import Worker
+from registry.runtime.worker import HEALTH_PORT, QUEUE_DEPTH, Worker
 
 
 class Command(BaseCommand):
@@ -35,4 +39,12 @@ class Command(BaseCommand):
             poll_seconds=options["poll_seconds"],
             concurrency=options["concurrency"],
         )
-        Worker(config).run(once=options["once"], max_idle=options["max_idle"])
+        worker = Worker(config)
+        health = health_server(HEALTH_PORT, worker.readiness, [QUEUE_DEPTH])
+        worker.run(once=options["once"], max_idle=options["max_idle"], health=health)
+        if worker.abandoned:
+            # Their threads wait in calls without a checkpoint (their leases are released, their writes
+            # fenced out); the interpreter would wait for them at exit, so leave without it.
+            logging.shutdown()
+            sys.stdout.flush()
+            os._exit(0)

@@ -1,4 +1,5 @@
-"""`python manage.py runtriggers`: the trigger scheduler (`--once`, or `--now` for one pass at a given time)."""
+"""`python manage.py runtriggers`: the trigger scheduler with its health server (`--once`, or `--now`
+for one pass at a given time, without one)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from registry.triggers.scheduler import Scheduler, run_once
+from registry.core.observability import health_server
+from registry.triggers.scheduler import ACTIVE_TRIGGERS, HEALTH_PORT, Scheduler, run_once
 
 
 def aware_instant(raw: str) -> datetime:
@@ -39,4 +41,5 @@ class Command(BaseCommand):
                 outcome = f"session {fire.session_id}" if fire.session_id else f"error: {fire.error}"
                 self.stdout.write(f"{fire.trigger_id} fired for {fire.fire_at.isoformat()}: {outcome}")
             return
-        Scheduler(poll_seconds=options["poll_seconds"]).run()
+        scheduler = Scheduler(poll_seconds=options["poll_seconds"])
+        scheduler.run(health=health_server(HEALTH_PORT, scheduler.readiness, [ACTIVE_TRIGGERS]))
