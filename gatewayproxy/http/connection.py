@@ -20,6 +20,8 @@ import orjson
 from gatewayproxy.errors import ErrorCode, Protocol, error_body
 
 _HEAD_END = b"\r\n\r\n"
+# h11 also ends a head at a blank line ended by a bare line feed.
+_ANY_HEAD_END = re.compile(rb"\n\r?\n")
 # A line that starts with whitespace continues the previous one (obs-fold), whatever ended that line.
 _OBSOLETE_FOLD = (b"\n ", b"\n\t")
 # RFC 9110 uri-host [":" port]: an IP literal, or a reg-name / IPv4 address.
@@ -226,10 +228,10 @@ class ServerConnection:
 
     def _body_start(self, received: int) -> int:
         """Where the head ends within the last `received` scanned bytes (0: not within them)."""
-        end = self._head_scan.find(_HEAD_END)
-        length = end + 4 if end >= 0 else self._head_scan.find(b"\n\n") + 2
-        if length < 2:
+        found = _ANY_HEAD_END.search(self._head_scan)
+        if found is None:
             return 0
+        length = found.end()
         start = received - (len(self._head_scan) - length)
         return start if 0 < start < received else 0
 
@@ -251,6 +253,8 @@ class ServerConnection:
         if end < 0:
             return None
         head = bytes(self._head_scan[: end + 4])
+        if _ANY_HEAD_END.search(head).end() != end + 4:  # type: ignore[union-attr]
+            return None  # a bare line feed ends the head earlier: h11's reading applies
         if b"\x0b" in head or b"\x0c" in head or b"\x00" in head:
             return None
         collector = _HeadCollector()
@@ -333,10 +337,9 @@ class ServerConnection:
 
     def _scan_head(self, data: bytes) -> ProtocolFailure | None:
         self._head_scan += data
-        end = self._head_scan.find(_HEAD_END)
-        if end < 0:
-            # A head ended by bare line feeds (which h11 accepts) has no CRLF CRLF.
-            end = self._head_scan.find(b"\n\n")
+        found = _ANY_HEAD_END.search(self._head_scan)
+        # Where the blank line begins (a head ended by bare line feeds, which h11 accepts, has no CRLF CRLF).
+        end = -1 if found is None else found.start() - (self._head_scan[found.start() - 1 : found.start()] == b"\r")
         head_size = len(self._head_scan) if end < 0 else end
         if head_size > self.limits.max_header_bytes:
             return ProtocolFailure(431, ErrorCode.HEADERS_TOO_LARGE, "request headers are too large")

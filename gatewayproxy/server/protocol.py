@@ -42,6 +42,9 @@ ProtocolOf = Callable[[str], Protocol]
 _SHED_LINE_BYTES = 8192
 _OVERLOADED = ProtocolFailure(503, ErrorCode.OVERLOADED, "the gateway is at its concurrency limit; retry later")
 _RETRY_AFTER = "retry-after: 1\r\n"
+# After an early error answer the rest of the request is read and dropped for this long before closing: closing
+# with unread bytes would reset the connection and could destroy the answer before the client reads it.
+LINGER_SECONDS = 2.0
 
 
 def _vendor_a(path: str) -> Protocol:
@@ -112,6 +115,7 @@ class HttpProtocol(asyncio.Protocol):
         self._capacity = capacity
         self._protocol_of = protocol_of or _vendor_a
         self._shedding: bytearray | None = None
+        self._lingering = False
         self._head_timer = False
         self._http = ServerConnection(limits)
         self._timeouts = timeouts
@@ -149,6 +153,8 @@ class HttpProtocol(asyncio.Protocol):
         self._flow.resume()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         if self._task is not None:
             # Reading goes on while a request is served, only so that a departed client is noticed at once (its
             # handler is cancelled); bytes of a next request wait until this one is answered.
@@ -201,7 +207,17 @@ class HttpProtocol(asyncio.Protocol):
         protocol = self._protocol_of(self._http.target_path if path is None else path)
         extra = _RETRY_AFTER if failure.code is ErrorCode.OVERLOADED else ""
         self._transport.write(failure_response(failure, new_request_id(), protocol, extra))
-        self._transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """Stop answering but keep reading (and dropping) until the client closes or `LINGER_SECONDS` pass."""
+        assert self._transport is not None
+        self._lingering = True
+        self._shedding = None
+        if self._transport.can_write_eof():
+            self._transport.write_eof()
+        self._transport.resume_reading()
+        self._arm_timer(LINGER_SECONDS)
 
     async def _serve(self, request: Request) -> None:
         request.request_id = new_request_id()
@@ -292,7 +308,7 @@ class HttpProtocol(asyncio.Protocol):
     def _timed_out(self) -> None:
         self._timer = None
         self._head_timer = False
-        if self._http.waiting_for_request:
+        if self._lingering or self._http.waiting_for_request:
             self._close()
             return
         self._reject(ProtocolFailure(408, ErrorCode.REQUEST_TIMEOUT, "the request was not received in time"))

@@ -32,8 +32,9 @@ class UpstreamError(Exception):
     """The upstream could not be reached or broke the connection before answering."""
 
 
-class UpstreamIdle(UpstreamError):
-    """The upstream sent nothing for the read timeout (a stalled stream is 504, not a broken one)."""
+class UpstreamIdle(UpstreamError, TimeoutError):
+    """The upstream sent nothing for the read timeout (a stalled stream is 504, not a broken one; before the
+    answer is in, it is an attempt that timed out)."""
 
 
 @dataclass(frozen=True, slots=True)
