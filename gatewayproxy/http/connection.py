@@ -350,14 +350,14 @@ class ServerConnection:
             return ProtocolFailure(400, ErrorCode.INVALID_REQUEST, "obsolete line folding is not accepted")
         # h11 folds repeated or listed identical Content-Length values into one; either is ambiguous framing.
         lowered = head.lower()
-        found = lowered.find(b"\ncontent-length:")
-        if found >= 0:
-            if lowered.find(b"\ncontent-length:", found + 1) >= 0:
+        length_at = lowered.find(b"\ncontent-length:")
+        if length_at >= 0:
+            if lowered.find(b"\ncontent-length:", length_at + 1) >= 0:
                 return ProtocolFailure(
                     400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: repeated Content-Length"
                 )
-            line_end = lowered.find(b"\n", found + 1)
-            if b"," in lowered[found:line_end]:
+            line_end = lowered.find(b"\n", length_at + 1)
+            if b"," in lowered[length_at:line_end]:
                 return ProtocolFailure(
                     400, ErrorCode.INVALID_REQUEST, "ambiguous request framing: Content-Length is a list"
                 )
