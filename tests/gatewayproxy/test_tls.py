@@ -1,0 +1,127 @@
+"""HTTPS on the data and admin listeners: the official clients trusting a test CA, TLS 1.2+ with ALPN
+http/1.1 and no compression, and a changed certificate served without a restart."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import openai
+import pytest
+
+from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import GatewayThread
+from tests.support.tls import make_pki
+
+pytestmark = pytest.mark.e2e
+
+
+def _document(provider: FakeProvider, chain: Path) -> dict[str, Any]:
+    pair = {"cert": str(chain), "key": str(chain)}
+    return {
+        "server": {"tls": pair, "admin_tls": pair},
+        "vaults": [{"name": "static", "resolver": "env", "env_var": "PATH"}],
+        "destinations": {
+            "a": {"kind": "vendor_a_compatible", "base_url": f"{provider.url}/v1", "credentials": {"vault": "static"}},
+            "b": {"kind": "vendor_b", "base_url": provider.url, "credentials": {"vault": "static"}},
+        },
+        "routes": [
+            {
+                "name": "chat",
+                "match": {"model": "gpt"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "a"}]},
+            },
+            {
+                "name": "msg",
+                "match": {"model": "claude"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "b"}]},
+            },
+        ],
+    }
+
+
+@pytest.fixture
+def served(tmp_path: Path, primary: FakeProvider) -> Iterator[tuple[GatewayThread, Path, Path]]:
+    pki = make_pki(tmp_path)
+    chain = tmp_path / "listener.pem"
+    shutil.copy(pki.server_chain, chain)
+    thread = GatewayThread(_document(primary, chain)).start()
+    yield thread, pki.ca_file, chain
+    thread.stop()
+
+
+def _https(thread: GatewayThread, admin: bool = False) -> str:
+    listener = thread.gateway.admin if admin else thread.gateway.data
+    assert listener is not None
+    return f"https://127.0.0.1:{listener.port}"
+
+
+def test_the_official_clients_talk_https_to_both_listeners(served: tuple[GatewayThread, Path, Path]) -> None:
+    thread, ca_file, _ = served
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with httpx2.Client(verify=context) as http:
+        vendor_a = openai.OpenAI(base_url=f"{_https(thread)}/v1", api_key="k", http_client=http, max_retries=0)
+        completion = vendor_a.chat.completions.create(model="gpt", messages=[{"role": "user", "content": "hi"}])
+        assert completion.choices[0].message.content
+        chunks = list(
+            vendor_a.chat.completions.create(model="gpt", messages=[{"role": "user", "content": "hi"}], stream=True)
+        )
+        assert chunks
+        vendor_b = anthropic.Anthropic(base_url=_https(thread), api_key="k", http_client=http, max_retries=0)
+        message = vendor_b.messages.create(model="claude", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert message.content
+        assert http.get(f"{_https(thread, admin=True)}/healthz").status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{_https(thread)}/v1/models")  # the test CA is not trusted by default
+
+
+def test_tls_is_1_2_or_later_with_alpn_http_1_1_and_no_compression(served: tuple[GatewayThread, Path, Path]) -> None:
+    thread, ca_file, _ = served
+    assert thread.gateway.data is not None
+    port = thread.gateway.data.port
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    with (
+        socket.create_connection(("127.0.0.1", port)) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        assert tls.selected_alpn_protocol() == "http/1.1"
+        assert tls.compression() is None
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(cafile=str(ca_file))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # asking for TLS 1.1 on purpose
+        old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with socket.create_connection(("127.0.0.1", port)) as raw, pytest.raises(ssl.SSLError):
+        old.wrap_socket(raw, server_hostname="localhost")
+
+
+def test_a_changed_certificate_is_served_within_ten_seconds(
+    served: tuple[GatewayThread, Path, Path], tmp_path: Path
+) -> None:
+    thread, old_ca, chain = served
+    (tmp_path / "fresh").mkdir()
+    fresh = make_pki(tmp_path / "fresh")
+    trusts_fresh = ssl.create_default_context(cafile=str(fresh.ca_file))
+    shutil.copy(fresh.server_chain, chain)
+    started = time.monotonic()
+    while True:
+        try:
+            assert httpx.get(f"{_https(thread)}/v1/models", verify=trusts_fresh).status_code in (200, 401)
+            break
+        except httpx.ConnectError:
+            assert time.monotonic() - started < 10, "the new certificate was not served within 10 s"
+            time.sleep(0.1)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{_https(thread)}/v1/models", verify=ssl.create_default_context(cafile=str(old_ca)))
