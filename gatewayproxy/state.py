@@ -104,7 +104,7 @@ def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, m
     fetch = fetcher(pool)
     vaults = {vault.name: build_vault(vault, fetch) for vault in config.vaults}
     adapters = {
-        name: adapter_class(destination.kind)(name, destination, vaults[destination.credentials.vault])
+        name: adapter_class(destination.kind)(name, destination, vaults.get(destination.vault_name))
         for name, destination in config.destinations.items()
         if destination.kind in MODEL_KINDS
     }

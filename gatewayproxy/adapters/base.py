@@ -14,7 +14,7 @@ from gatewayproxy.config.models import Destination
 from gatewayproxy.context import Operation
 from gatewayproxy.http.sse import SseDecoder, SseEvent
 from gatewayproxy.server.upstream import Origin
-from gatewayproxy.vaults.resolvers import Secret, VaultResolver
+from gatewayproxy.vaults.resolvers import Secret, VaultError, VaultResolver
 
 
 class Shape(enum.Enum):
@@ -54,7 +54,7 @@ class Adapter:
     operations: ClassVar[frozenset[Operation]] = frozenset({Operation.CHAT})
     default_base_url: ClassVar[str] = ""
 
-    def __init__(self, name: str, destination: Destination, vault: VaultResolver) -> None:
+    def __init__(self, name: str, destination: Destination, vault: VaultResolver | None) -> None:
         self.name = name
         self.destination = destination
         self.vault = vault
@@ -70,7 +70,14 @@ class Adapter:
 
     async def secret(self, scope: Mapping[str, str]) -> Secret:
         """The provider credential for this request."""
+        if self.vault is None:
+            raise VaultError(f"destination {self.name!r} names no vault")
         return await self.vault.resolve(self.destination.credential_id, scope)
+
+    def shape_for(self, operation: Operation, model: Any) -> Shape:
+        """The shape this destination speaks for a request (`model`: as the client asked); one shape unless a
+        destination serves model families of different shapes."""
+        return self.shape
 
     async def build(
         self, operation: Operation, body: dict[str, Any], stream: bool, scope: Mapping[str, str]
@@ -78,9 +85,14 @@ class Adapter:
         """The upstream call for a native-shape body."""
         raise NotImplementedError
 
-    def stream_decoder(self) -> StreamDecoder:
-        """How this destination frames streamed events (SSE unless overridden)."""
+    def stream_decoder(self, operation: Operation, model: Any) -> StreamDecoder:
+        """How this destination frames streamed events, as events of `shape_for` (SSE unless overridden)."""
         return SseDecoder()
+
+    def decode_answer(self, operation: Operation, model: Any, status: int, body: bytes) -> bytes:
+        """A non-streamed answer in `shape_for`'s terms (error envelopes included); as sent unless the provider
+        speaks a body shape of its own."""
+        return body
 
     @staticmethod
     def encode(body: dict[str, Any]) -> bytes:

@@ -123,9 +123,9 @@ def config_problems(config: GatewayConfig) -> list[str]:
             f"identity.validators[{i}].scope_from.jwt_claims", validator.scope_from.jwt_claims.values(), declared
         )
     for name, destination in config.destinations.items():
-        if destination.credentials.vault not in vault_names:
+        if destination.credentials is not None and destination.vault_name not in vault_names:
             problems.append(
-                f"destinations.{name}.credentials.vault: vault {destination.credentials.vault!r} "
+                f"destinations.{name}.credentials.vault: vault {destination.vault_name!r} "
                 "is not declared in vaults"
             )
     for i, route in enumerate(config.routes):

@@ -7,6 +7,7 @@ import zoneinfo
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gatewayproxy.config.kinds import canonical_kind
 
@@ -159,6 +160,7 @@ DestinationKind = Literal[
 # Adapter-specific fields and the kinds that may carry them; anywhere else they are typos.
 KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "region": ("vendor_d",),
+    "profile": ("vendor_d",),
     "deployment": ("cloud_vendor_c",),
     "api_version": ("cloud_vendor_c",),
     "project": ("vendor_e",),
@@ -166,13 +168,17 @@ KIND_ONLY_FIELDS: dict[str, tuple[str, ...]] = {
     "url": ("mcp",),
     "destination_resolver": ("mcp",),
     "provider": ("native_api_key",),
-    "api": ("native_api_key",),
+    "api": ("native_api_key", "vendor_d"),
     "allowed_paths": ("native_api_key",),
     "auth": ("native_api_key",),
     "forward_headers": ("native_api_key", *MODEL_KINDS),
     "headers": ("native_api_key",),
     "allowed_query_params": ("native_api_key",),
 }
+# Kinds whose provider library finds credentials itself (botocore's chain, application default credentials)
+# when a destination names no vault.
+AMBIENT_CREDENTIAL_KINDS = ("vendor_d", "vendor_e")
+VENDOR_D_APIS = ("converse", "invoke")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "cloud_vendor_c": ("base_url",),
     "vendor_e": ("project", "location"),
@@ -196,7 +202,8 @@ class Destination(Strict):
     base_url: str | None = None
     url: str | None = None
     region: str | None = None
-    credentials: Credentials
+    profile: str | None = None
+    credentials: Credentials | None = Field(default=None, validate_default=True)
     model_map: dict[str, str] = {}
     pricing: Pricing | None = None
     destination_resolver: DestinationResolver | None = None
@@ -215,6 +222,13 @@ class Destination(Strict):
     max_connections: PositiveInt = 256
     max_connections_wait_ms: PositiveInt = 1000
 
+    @field_validator("credentials")
+    @classmethod
+    def _credentials_required(cls, value: Credentials | None, info: ValidationInfo) -> Credentials | None:
+        if value is None and info.data.get("kind") not in AMBIENT_CREDENTIAL_KINDS:
+            raise PydanticCustomError("missing", "Field required")
+        return value
+
     @model_validator(mode="after")
     def _kind_fields(self) -> Destination:
         for field, kinds in KIND_ONLY_FIELDS.items():
@@ -223,6 +237,8 @@ class Destination(Strict):
         missing = [field for field in REQUIRED_FIELDS.get(self.kind, ()) if not getattr(self, field)]
         if missing:
             raise ValueError(f"kind {self.kind!r} requires " + ", ".join(f"`{field}`" for field in missing))
+        if self.kind == "vendor_d" and self.api is not None and self.api not in VENDOR_D_APIS:
+            raise ValueError("`api` of kind 'vendor_d' is one of " + ", ".join(VENDOR_D_APIS))
         if self.kind == "native_api_key" and (self.model_map or self.pricing is not None):
             raise ValueError("native_api_key rejects `model_map` and `pricing`")
         if self.kind == "mcp" and not (self.base_url or self.url or self.destination_resolver):
@@ -230,8 +246,15 @@ class Destination(Strict):
         return self
 
     @property
+    def vault_name(self) -> str:
+        """The vault of the destination's credential; empty when the provider's own chain finds it."""
+        return self.credentials.vault if self.credentials is not None else ""
+
+    @property
     def credential_id(self) -> str:
         """The credential to look up in the vault; defaults to the vault name."""
+        if self.credentials is None:
+            return ""
         return self.credentials.credential_id or self.credentials.vault
 
 

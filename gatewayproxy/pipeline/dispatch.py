@@ -109,23 +109,25 @@ def _translatable(context: RequestContext, towards_messages: bool) -> dict[str, 
 def native_body(context: RequestContext, adapter: Adapter, default_max_tokens: int) -> dict[str, Any]:
     """The client's body re-shaped for the destination (before model mapping and parameter shaping)."""
     operation, body = context.operation, context.body
+    shape = adapter.shape_for(operation, context.model)
     if operation not in (Operation.CHAT, Operation.MESSAGES):
         return dict(body)
-    if client_shape(operation) is adapter.shape:
+    if client_shape(operation) is shape:
         body = dict(body)
-    elif adapter.shape is Shape.MESSAGES:
+    elif shape is Shape.MESSAGES:
         body = translate.chat_to_messages_request(_translatable(context, True), default_max_tokens)
     else:
         body = translate.messages_to_chat_request(_translatable(context, False))
-    if adapter.shape is Shape.CHAT and context.stream:
+    if shape is Shape.CHAT and context.stream:
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     return body
 
 
 def upstream_operation(context: RequestContext, adapter: Adapter) -> Operation:
     """The operation in the destination's own terms."""
+    shape = adapter.shape_for(context.operation, context.model)
     if context.operation in (Operation.CHAT, Operation.MESSAGES):
-        return Operation.MESSAGES if adapter.shape is Shape.MESSAGES else Operation.CHAT
+        return Operation.MESSAGES if shape is Shape.MESSAGES else Operation.CHAT
     return context.operation
 
 
@@ -136,13 +138,14 @@ def _client_wants_usage(context: RequestContext) -> bool:
 
 def stream_translator(context: RequestContext, adapter: Adapter) -> streams.StreamTranslator:
     """The event translator between a destination's stream and the client's."""
+    shape = adapter.shape_for(context.operation, context.model)
     model = context.model or ""
     if context.operation is Operation.RESPONSES:
         return streams.ResponsesPassthrough()
     if context.operation is Operation.MESSAGES:
-        return streams.MessagesPassthrough() if adapter.shape is Shape.MESSAGES else streams.ChatToMessages(model)
+        return streams.MessagesPassthrough() if shape is Shape.MESSAGES else streams.ChatToMessages(model)
     wants_usage = _client_wants_usage(context)
-    if adapter.shape is Shape.CHAT:
+    if shape is Shape.CHAT:
         return streams.ChatPassthrough(wants_usage)
     return streams.MessagesToChat(wants_usage, model)
 
@@ -174,23 +177,25 @@ def response_text(shape: Shape, document: Any) -> str:
 
 def _translated_success(context: RequestContext, adapter: Adapter, body: bytes, collect_text: bool) -> bytes:
     """The client's body of a 2xx answer; reads its usage and, for output inspectors, its text."""
+    shape = adapter.shape_for(context.operation, context.model)
     document = orjson.loads(body)
-    context.usage = _usage_of(context.operation, adapter.shape, document)
+    context.usage = _usage_of(context.operation, shape, document)
     if collect_text and context.operation in (Operation.CHAT, Operation.MESSAGES):
-        context.output_text = response_text(adapter.shape, document)
+        context.output_text = response_text(shape, document)
     if (
         context.operation not in (Operation.CHAT, Operation.MESSAGES)
-        or client_shape(context.operation) is adapter.shape
+        or client_shape(context.operation) is shape
     ):
         return body
-    if adapter.shape is Shape.MESSAGES:
+    if shape is Shape.MESSAGES:
         return orjson.dumps(translate.messages_to_chat_response(document))
     return orjson.dumps(translate.chat_to_messages_response(document))
 
 
 def _client_error(context: RequestContext, adapter: Adapter, status: int, body: bytes) -> Response:
     """A provider 4xx passes back as sent; across shapes only its envelope is re-spoken."""
-    speaks_client_protocol = client_shape(context.operation) is adapter.shape
+    shape = adapter.shape_for(context.operation, context.model)
+    speaks_client_protocol = client_shape(context.operation) is shape
     if speaks_client_protocol:
         return Response(status, JSON_CONTENT, body)
     try:
@@ -332,7 +337,7 @@ class Dispatch:
         status = upstream.status
         if status == 200 and self.context.stream:
             return await self._start_stream(adapter, upstream)
-        body = await upstream.read()
+        body = adapter.decode_answer(self.context.operation, self.context.model, status, await upstream.read())
         if 200 <= status < 300:
             try:
                 translated = _translated_success(self.context, adapter, body, bool(self.inspectors))
@@ -353,7 +358,7 @@ class Dispatch:
         return _client_error(self.context, adapter, status, body)
 
     async def _start_stream(self, adapter: Adapter, upstream: UpstreamResponse) -> Response | Failure:
-        decoder = adapter.stream_decoder()
+        decoder = adapter.stream_decoder(self.context.operation, self.context.model)
         translator = stream_translator(self.context, adapter)
         translator.collect_text = bool(self.inspectors)
         chunks = upstream.chunks()

@@ -70,7 +70,7 @@ def _vault_problems(config: GatewayConfig) -> Iterator[str]:
         except VaultError as error:
             yield f"vaults[{index}].file: {error}"
     for name, destination in config.destinations.items():
-        resolver = resolvers.get(destination.credentials.vault)
+        resolver = resolvers.get(destination.vault_name)
         if resolver is None:
             continue
         try:

@@ -204,7 +204,7 @@ class McpProxy:
         destination = await self.resolver.concrete(destination, context.request.headers, context.scope)
         origin = Origin.parse(destination.base_url or destination.url or "")
         target = ((origin.base_path or "/") + (f"?{query}" if query else "")).encode()
-        vault = context.state.vaults[destination.credentials.vault]
+        vault = context.state.vaults[destination.vault_name]
         secret = await resolve_secret(vault, destination.credential_id, context.scope)
         headers = [*headers, (b"authorization", b"Bearer " + secret.token.encode())]
         timeout = context.state.config.server.request_timeout_ms / 1000

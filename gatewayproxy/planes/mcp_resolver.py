@@ -88,7 +88,7 @@ class McpResolver:
             return destination
         resolved = await self._lookup(resolver, resolver_url(resolver, requested_server(headers), scope))
         credentials = destination.credentials
-        if resolved.credential_id:
+        if resolved.credential_id and credentials is not None:
             credentials = credentials.model_copy(update={"credential_id": resolved.credential_id})
         return destination.model_copy(
             update={

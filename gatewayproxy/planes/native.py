@@ -74,7 +74,7 @@ class NativeProxy:
         query = allowed_query(request.query, destination.allowed_query_params or [])
         target = (origin.base_path + path + (f"?{query}" if query else "")).encode()
         secret = await resolve_secret(
-            context.state.vaults[destination.credentials.vault], destination.credential_id, context.scope
+            context.state.vaults[destination.vault_name], destination.credential_id, context.scope
         )
         headers = self._headers(context, destination, secret.token)
         timeout = context.state.config.server.request_timeout_ms / 1000

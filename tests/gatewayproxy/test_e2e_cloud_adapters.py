@@ -49,6 +49,7 @@ def gateway(primary: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> 
                 "location": "europe-west1",
                 "base_url": f"{primary.url}/v1",
                 "credentials": {"vault": "files", "credential_id": "gcp"},
+                "model_map": {"vx-sonnet": "claude-sonnet-4@20250514"},  # `claude-*`: the partner family
             },
             "azure": {
                 "kind": "cloud_vendor_c",
@@ -119,7 +120,7 @@ def test_vendor_e_paths_and_bearer(gateway: GatewayThread, primary: FakeProvider
     with gateway.anthropic.messages.stream(model="vx-sonnet", max_tokens=10, messages=HI) as stream:
         assert "".join(stream.text_stream) == "Hello from primary"
     first, second = primary.received
-    assert first.path == ("/v1/projects/proj-1/locations/europe-west1/publishers/anthropic/models/vx-sonnet:rawPredict")
+    assert first.path == ("/v1/projects/proj-1/locations/europe-west1/publishers/anthropic/models/claude-sonnet-4%4020250514:rawPredict")
     assert second.path.endswith(":streamRawPredict") and second.body["stream"] is True
     assert first.headers["authorization"] == "Bearer ya29.token"
     assert first.body["anthropic_version"] == "vertex-2023-10-16" and "model" not in first.body
