@@ -1,0 +1,314 @@
+"""End to end for `vendor_d` against a fake runtime that recomputes every SigV4 signature with botocore's signer:
+the conversation API (JSON and binary event streams) for non-vendor-B models, invoke for vendor B's, the `api`
+override, embedding models, and credentials from the vault or from botocore's chain (environment variables, a
+profile file, a web-identity token exchanged at a fake STS endpoint)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.gatewayproxy.cloud_fakes import TOOL_INPUT, FakeAws
+from tests.gatewayproxy.harness import GatewayThread
+
+pytestmark = pytest.mark.e2e
+HI: Any = [{"role": "user", "content": "hi"}]
+VAULT_KEY, VAULT_SECRET = "AKIDVAULT", "vault-secret-key"
+ENV_KEY, ENV_SECRET = "AKIDENVIRONMENT", "environment-secret-key"
+PROFILE_KEY, PROFILE_SECRET = "AKIDPROFILE", "profile-secret-key"
+WEATHER: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "Weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+AWS_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+@pytest.fixture
+def aws() -> Iterator[FakeAws]:
+    fake = FakeAws({VAULT_KEY: VAULT_SECRET, ENV_KEY: ENV_SECRET, PROFILE_KEY: PROFILE_SECRET}).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def clean_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """No ambient AWS configuration: only what a test sets (and no instance metadata lookups)."""
+    for name in AWS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "absent-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return monkeypatch
+
+
+def _document(aws: FakeAws, **destination: Any) -> dict[str, Any]:
+    return {
+        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.json"}],
+        "destinations": {
+            "bedrock": {
+                "kind": "vendor_d",
+                "region": "eu-west-1",
+                "base_url": aws.url,
+                "model_map": {
+                    "nova": "amazon.nova-pro-v1:0",
+                    "claude": "us.anthropic.claude-sonnet-4-20250514-v1:0",
+                    "titan": "amazon.titan-embed-text-v2:0",
+                    "cohere": "cohere.embed-english-v3",
+                },
+                **destination,
+            }
+        },
+        "routes": [
+            {
+                "name": "all",
+                "match": {"model": "*"},
+                "strategy": {"mode": "fallback", "targets": [{"destination": "bedrock"}]},
+            }
+        ],
+    }
+
+
+def _gateway(tmp_path: Path, document: dict[str, Any]) -> GatewayThread:
+    (tmp_path / "vault.json").write_text(
+        json.dumps({"aws": {"scheme": "aws_sigv4", "access_key_id": VAULT_KEY, "secret_access_key": VAULT_SECRET}})
+    )
+    return GatewayThread(document, base_dir=str(tmp_path)).start()
+
+
+@pytest.fixture
+def vaulted(aws: FakeAws, tmp_path: Path) -> Iterator[GatewayThread]:
+    running = _gateway(tmp_path, _document(aws, credentials={"vault": "files", "credential_id": "aws"}))
+    yield running
+    running.stop()
+
+
+def test_converse_json_through_both_clients(vaulted: GatewayThread, aws: FakeAws) -> None:
+    message = vaulted.anthropic.messages.create(
+        model="nova", max_tokens=50, system="Be brief.", messages=HI, stop_sequences=["END"]
+    )
+    assert message.content[0].type == "text" and message.content[0].text == "Hello from converse"
+    assert message.usage.input_tokens == 12 and message.usage.output_tokens == 5
+    assert message.usage.cache_read_input_tokens == 2
+    sent = aws.seen[0]
+    assert sent.path == "/model/amazon.nova-pro-v1%3A0/converse"
+    assert sent.body == {
+        "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        "system": [{"text": "Be brief."}],
+        "inferenceConfig": {"maxTokens": 50, "stopSequences": ["END"]},
+    }
+    assert aws.signed[0] == {"access_key": VAULT_KEY, "region": "eu-west-1", "service": "bedrock", "token": ""}
+    completion = vaulted.openai.chat.completions.create(model="nova", messages=HI, max_tokens=20)
+    assert completion.choices[0].message.content == "Hello from converse"
+    assert completion.choices[0].finish_reason == "stop"
+    assert (
+        completion.usage is not None
+        and completion.usage.prompt_tokens == 14
+        and completion.usage.completion_tokens == 5
+    )
+
+
+def test_converse_images_tools_and_error_results(vaulted: GatewayThread, aws: FakeAws) -> None:
+    png = "iVBORw0KGgo="
+    messages: Any = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "weather?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "tooluse_0", "name": "weather", "input": {"city": "Oslo"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "tooluse_0", "content": "station down", "is_error": True}
+            ],
+        },
+    ]
+    tools: Any = [{"name": "weather", "description": "Weather", "input_schema": {"type": "object"}}]
+    message = vaulted.anthropic.messages.create(
+        model="nova", max_tokens=50, messages=messages, tools=tools, tool_choice={"type": "any"}
+    )
+    assert message.stop_reason == "tool_use"
+    block = message.content[0]
+    assert (
+        block.type == "tool_use" and block.name == "weather" and block.input == TOOL_INPUT and block.id == "tooluse_1"
+    )
+    sent = aws.seen[0].body
+    assert sent["messages"][0]["content"][1] == {"image": {"format": "png", "source": {"bytes": png}}}
+    assert sent["messages"][1]["content"][0] == {
+        "toolUse": {"toolUseId": "tooluse_0", "name": "weather", "input": {"city": "Oslo"}}
+    }
+    assert sent["messages"][2]["content"][0] == {
+        "toolResult": {"toolUseId": "tooluse_0", "content": [{"text": "station down"}], "status": "error"}
+    }
+    assert sent["toolConfig"] == {
+        "tools": [
+            {"toolSpec": {"name": "weather", "description": "Weather", "inputSchema": {"json": {"type": "object"}}}}
+        ],
+        "toolChoice": {"any": {}},
+    }
+    completion = vaulted.openai.chat.completions.create(model="nova", messages=HI, tools=WEATHER)
+    call = completion.choices[0].message.tool_calls
+    assert completion.choices[0].finish_reason == "tool_calls" and call is not None
+    assert call[0].function.name == "weather" and json.loads(call[0].function.arguments) == TOOL_INPUT  # type: ignore[union-attr]
+
+
+def test_converse_stream_with_event_stream_framing(vaulted: GatewayThread, aws: FakeAws) -> None:
+    with vaulted.anthropic.messages.stream(model="nova", max_tokens=20, messages=HI) as stream:
+        assert "".join(stream.text_stream) == "Hello from converse"
+        final = stream.get_final_message()
+    assert final.stop_reason == "end_turn" and final.usage.output_tokens == 5 and final.usage.input_tokens == 12
+    assert aws.seen[0].path == "/model/amazon.nova-pro-v1%3A0/converse-stream"
+    assert aws.seen[0].headers["accept"] == "application/vnd.amazon.eventstream"
+    chunks: list[Any] = list(
+        vaulted.openai.chat.completions.create(
+            model="nova", messages=HI, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello from converse"
+    assert chunks[-1].usage.prompt_tokens == 12 and chunks[-1].usage.completion_tokens == 5
+    tool_chunks: list[Any] = list(
+        vaulted.openai.chat.completions.create(model="nova", messages=HI, tools=WEATHER, stream=True)
+    )
+    arguments = "".join(
+        call.function.arguments or "" for c in tool_chunks if c.choices for call in c.choices[0].delta.tool_calls or []
+    )
+    assert json.loads(arguments) == TOOL_INPUT
+    assert [c.choices[0].finish_reason for c in tool_chunks if c.choices][-1] == "tool_calls"
+    assert len(aws.signed) == 3
+
+
+def test_vendor_b_family_keeps_invoke_and_api_overrides(aws: FakeAws, tmp_path: Path) -> None:
+    running = _gateway(tmp_path, _document(aws, credentials={"vault": "files", "credential_id": "aws"}))
+    try:
+        message = running.anthropic.messages.create(model="claude", max_tokens=10, messages=HI)
+        assert message.content[0].type == "text" and message.content[0].text == "Hello from invoke"
+        assert aws.seen[-1].path == "/model/us.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke"
+        assert aws.seen[-1].body["anthropic_version"] == "bedrock-2023-05-31"
+    finally:
+        running.stop()
+    forced = _gateway(tmp_path, _document(aws, api="converse", credentials={"vault": "files", "credential_id": "aws"}))
+    try:
+        message = forced.anthropic.messages.create(model="claude", max_tokens=10, messages=HI)
+        assert message.content[0].type == "text" and message.content[0].text == "Hello from converse"
+        assert aws.seen[-1].path.endswith("/converse")
+    finally:
+        forced.stop()
+
+
+def test_converse_client_error_in_the_clients_envelope(vaulted: GatewayThread) -> None:
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        vaulted.anthropic.messages.create(model="nova", max_tokens=1, messages=HI)
+    assert raised.value.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "maxTokens is too small"},
+    }
+
+
+def test_embedding_models(vaulted: GatewayThread, aws: FakeAws) -> None:
+    titan = vaulted.openai.embeddings.create(model="titan", input="one two three", dimensions=4)
+    assert titan.data[0].embedding == [0.5] * 4 and titan.usage.prompt_tokens == 3
+    assert aws.seen[0].path == "/model/amazon.titan-embed-text-v2%3A0/invoke"
+    assert aws.seen[0].body == {"inputText": "one two three", "dimensions": 4}
+    cohere = vaulted.openai.embeddings.create(model="cohere", input=["a", "b"])
+    assert [item.embedding for item in cohere.data] == [[0.25] * 3, [0.25] * 3]
+    assert aws.seen[1].body == {"texts": ["a", "b"], "input_type": "search_document", "embedding_types": ["float"]}
+
+
+def test_credential_chain_environment_variables(
+    aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
+) -> None:
+    clean_aws_environment.setenv("AWS_ACCESS_KEY_ID", ENV_KEY)
+    clean_aws_environment.setenv("AWS_SECRET_ACCESS_KEY", ENV_SECRET)
+    clean_aws_environment.setenv("AWS_SESSION_TOKEN", "environment-session")
+    running = _gateway(tmp_path, _document(aws))
+    try:
+        message = running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
+        assert message.content[0].type == "text"
+    finally:
+        running.stop()
+    assert aws.signed == [
+        {"access_key": ENV_KEY, "region": "eu-west-1", "service": "bedrock", "token": "environment-session"}
+    ]
+
+
+def test_credential_chain_profile_file(aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch) -> None:
+    (tmp_path / "credentials").write_text(
+        f"[default]\naws_access_key_id = AKIDWRONG\naws_secret_access_key = wrong\n\n"
+        f"[gateway]\naws_access_key_id = {PROFILE_KEY}\naws_secret_access_key = {PROFILE_SECRET}\n"
+    )
+    clean_aws_environment.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    running = _gateway(tmp_path, _document(aws, profile="gateway"))
+    try:
+        running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
+        with running.anthropic.messages.stream(model="nova", max_tokens=10, messages=HI) as stream:
+            assert "".join(stream.text_stream) == "Hello from converse"
+    finally:
+        running.stop()
+    assert [signed["access_key"] for signed in aws.signed] == [PROFILE_KEY, PROFILE_KEY]
+
+
+def test_credential_chain_web_identity_at_a_fake_sts(
+    aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "web-token").write_text("web-identity-token")
+    clean_aws_environment.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/gateway")
+    clean_aws_environment.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(tmp_path / "web-token"))
+    clean_aws_environment.setenv("AWS_ROLE_SESSION_NAME", "gateway-test")
+    clean_aws_environment.setenv("AWS_ENDPOINT_URL_STS", aws.url)
+    running = _gateway(tmp_path, _document(aws))
+    try:
+        for _ in range(3):
+            completion = running.openai.chat.completions.create(model="nova", messages=HI)
+            assert completion.choices[0].message.content == "Hello from converse"
+    finally:
+        running.stop()
+    (call,) = aws.sts_calls  # assumed once, kept until near expiry
+    assert call["RoleArn"] == ["arn:aws:iam::123456789012:role/gateway"] and call["RoleSessionName"] == ["gateway-test"]
+    assert (
+        aws.signed
+        == [{"access_key": "ASIASTS1", "region": "eu-west-1", "service": "bedrock", "token": "sts-session-1"}] * 3
+    )
+
+
+def test_a_wrong_signature_is_refused_by_the_fake(aws: FakeAws, tmp_path: Path) -> None:
+    (tmp_path / "vault.json").write_text(
+        json.dumps({"aws": {"scheme": "aws_sigv4", "access_key_id": VAULT_KEY, "secret_access_key": "not-the-secret"}})
+    )
+    running = GatewayThread(
+        _document(aws, credentials={"vault": "files", "credential_id": "aws"}), base_dir=str(tmp_path)
+    ).start()
+    try:
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
+        assert raised.value.status_code == 502
+        assert aws.signed == []
+    finally:
+        running.stop()
