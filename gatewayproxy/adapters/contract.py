@@ -68,6 +68,8 @@ CARRIED_TOWARDS_CHAT = frozenset(
         "thinking",
     }
 )
+# `n` towards a messages-shaped target is one upstream call per choice, at most this many.
+MAX_FAN_OUT = 16
 # Content parts of chat messages that have no messages-shaped block.
 REFUSED_CHAT_PARTS = {"input_audio": "input_audio"}
 
@@ -107,12 +109,40 @@ def refusals(body: dict[str, Any], towards_messages: bool) -> list[tuple[str, st
     # A field left at its "off" value (null, false) asks for nothing and passes.
     found = [(key, key) for key in body if key not in carried and body[key] is not None and body[key] is not False]
     if towards_messages:
-        if body.get("n") not in (None, 1):
-            found.append(("n", "n"))  # a messages-shaped target answers one choice (fan-out is not built)
+        if body.get("n") not in (None, 1) and body.get("stream") is True:
+            found.append(("n", "n"))  # n > 1 is fanned out for JSON answers only; a stream carries one choice
         found += _part_problems(body)
     else:
         found += _block_problems(body)
     return found
+
+
+def choices_wanted(body: dict[str, Any]) -> int:
+    """The `n` of a chat request towards a messages-shaped target: that many upstream calls answer it (fan-out).
+    Not an integer from 1 to MAX_FAN_OUT is 400."""
+    n = body.get("n")
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "`n` must be a positive integer")
+    if n > MAX_FAN_OUT:
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_PARAMETER,
+            f"`n` above {MAX_FAN_OUT} cannot be carried to a messages-shaped destination (one call per choice)",
+            param="n",
+        )
+    return n
+
+
+def refuse_background(body: dict[str, Any]) -> None:
+    """`background: true` on the responses API is refused: the gateway accounts a response's tokens when it answers
+    the create, and a background response has none yet (they would surface only on a later fetch)."""
+    if body.get("background") not in (None, False):
+        raise GatewayError(
+            ErrorCode.UNSUPPORTED_PARAMETER,
+            "`background` responses are not supported through the gateway",
+            param="background",
+        )
 
 
 def _without_parts(body: dict[str, Any], towards_messages: bool) -> dict[str, Any]:

@@ -35,3 +35,14 @@ class VendorAAdapter(Adapter):
     ) -> UpstreamCall:
         headers = [*(SSE_HEADERS if stream else JSON_HEADERS), *await self.credential_headers(scope)]
         return UpstreamCall(self.origin, b"POST", self.path(operation), headers, self.encode(body))
+
+    def response_path(self, response_id: str, query: str) -> bytes:
+        """The request target of one stored response (`GET`/`DELETE /responses/{id}`), the client's query kept."""
+        return (self.origin.base_path + "/responses/" + response_id + (f"?{query}" if query else "")).encode()
+
+    async def build_response_call(
+        self, method: str, response_id: str, query: str, scope: Mapping[str, str]
+    ) -> UpstreamCall:
+        """The upstream call that reads or deletes a stored response."""
+        headers = [(b"accept", b"application/json"), *await self.credential_headers(scope)]
+        return UpstreamCall(self.origin, method.encode(), self.response_path(response_id, query), headers, b"")

@@ -41,7 +41,7 @@ class CompiledRoute:
             globs["model"] = compile_glob(match.model)
         globs.update({f"header.{name.lower()}": compile_glob(value) for name, value in match.header.items()})
         self._globs = globs
-        self._path = match.path
+        self._path = compile_glob(match.path) if match.path is not None else None  # `/v1/responses/*` holds for ids
         self._scope = dict(match.scope)
         self.specificity = len(match.scope)
         self._conditions = [
@@ -53,7 +53,7 @@ class CompiledRoute:
 
     def matches(self, context: RequestContext) -> bool:
         """Whether every match clause holds."""
-        if self._path is not None and context.request.path != self._path:
+        if self._path is not None and not self._path(context.request.path):
             return False
         scope = context.principal.scope
         if any(scope.get(dim) != value for dim, value in self._scope.items()):

@@ -18,6 +18,8 @@ from gatewayproxy.context import Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Finish, error_response
+from gatewayproxy.pipeline.fanout import FanOutDispatch, wants_fan_out
+from gatewayproxy.pipeline.responses import ITEM_METHODS, ResponsesDispatch, response_id_of
 from gatewayproxy.planes.mcp import DEPRECATED_PATH as DEPRECATED_MCP_PATH
 from gatewayproxy.planes.mcp import McpProxy, jsonrpc_id
 from gatewayproxy.planes.mcp_sse import SSE_PATH, SseBridge
@@ -101,6 +103,15 @@ def parse_body(request: Request) -> dict:
     return body
 
 
+def _dispatch_class(context: RequestContext) -> type[Dispatch]:
+    """The dispatch of a request: the responses API's, fan-out for a chat `n > 1`, else the plain one."""
+    if context.operation is Operation.RESPONSES:
+        return ResponsesDispatch
+    if wants_fan_out(context.operation, context.body):
+        return FanOutDispatch
+    return Dispatch
+
+
 class DataPlane:
     """The handler of the data-plane listener."""
 
@@ -174,10 +185,27 @@ class DataPlane:
         context.plan = plan = route.plan(context)
         await state.runner.admit(context)
         runtime = self.runtime
-        dispatch = Dispatch(runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers)
+        dispatch = _dispatch_class(context)(
+            runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers
+        )
         if state.cache is None:
             return await dispatch.run()
         return await state.cache.serve(context, dispatch.run, finish)
+
+    async def _serve_stored_response(self, context: RequestContext, finish: Finish) -> Response:
+        """`GET` or `DELETE /v1/responses/{id}`: routed by path like any request (no body, no model), never cached."""
+        state = context.state
+        context.principal = await state.identity.authenticate(context.request.headers)
+        route = state.router.match(context)
+        if route is None:
+            raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves {context.request.path}")
+        context.route = route.name
+        context.plan = plan = route.plan(context)
+        await state.runner.admit(context)
+        runtime = self.runtime
+        return await ResponsesDispatch(
+            runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers
+        ).run()
 
     def finish(self, context: RequestContext) -> None:
         """Account for a served request once its last byte is known."""
@@ -206,6 +234,13 @@ class DataPlane:
             if request.method != "GET":
                 return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "use GET"))
             return await self._models(request)
+        if response_id_of(request.path) is not None:
+            if request.method not in ITEM_METHODS:
+                return self._error(Protocol.VENDOR_A, GatewayError(ErrorCode.METHOD_NOT_ALLOWED, "use GET or DELETE"))
+            context = RequestContext(
+                request=request, operation=Operation.RESPONSES, protocol=Protocol.VENDOR_A, state=self.runtime.state
+            )
+            return await self._run(context, self._serve_stored_response)
         if _is_agent_session_path(request.path):
             return self._error(
                 Protocol.VENDOR_A, GatewayError(ErrorCode.NOT_IMPLEMENTED, "agent sessions are not implemented")

@@ -6,7 +6,9 @@ Each request takes the next behaviour from `script` (default `ok`): `ok`, `500`,
 `401` / `403` (a refusal of the caller's key), `retry_after:<seconds>` (429 with that `retry-after`), `not_json` (200
 with a body that is not JSON), `truncated` (200 whose body stops short of its content-length), `bad_frame` (a stream
 whose first frame is not JSON), `stall_stream` (two frames, then nothing until the connection closes).
-GET requests are answered from `documents` (path to JSON), e.g. a JWKS or a vault secret.
+GET requests are answered from `documents` (path to JSON), e.g. a JWKS or a vault secret; DELETE removes the
+document at its path (200 `{"id", "object": "response", "deleted": true}`, 404 when there is none).
+A messages body with `stop_sequences` ends on the first of them (`stop_reason: stop_sequence`).
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ def _messages_json(body: dict, name: str) -> dict:
         stop = "tool_use"
     if body.get("thinking"):
         content.insert(0, {"type": "thinking", "thinking": THINKING, "signature": SIGNATURE})
+    stop_sequence = None
+    if body.get("stop_sequences") and stop == "end_turn":
+        stop, stop_sequence = "stop_sequence", body["stop_sequences"][0]
     return {
         "id": "msg_1",
         "type": "message",
@@ -144,7 +149,7 @@ def _messages_json(body: dict, name: str) -> dict:
         "model": body.get("model"),
         "content": content,
         "stop_reason": stop,
-        "stop_sequence": None,
+        "stop_sequence": stop_sequence,
         "usage": {"input_tokens": 13, "output_tokens": 5},
     }
 
@@ -171,7 +176,7 @@ def _messages_stream(body: dict, name: str) -> list[bytes]:
     else:
         block = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": word} for word in ("Hello ", "from ", name)]
-        stop = "end_turn"
+        stop = "stop_sequence" if body.get("stop_sequences") else "end_turn"
     index = 0
     if body.get("thinking"):
         thinking = [
@@ -200,7 +205,10 @@ def _messages_stream(body: dict, name: str) -> list[bytes]:
         sse(
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "delta": {
+                    "stop_reason": stop,
+                    "stop_sequence": body["stop_sequences"][0] if stop == "stop_sequence" else None,
+                },
                 "usage": {"output_tokens": 5},
             },
             "message_delta",
@@ -385,6 +393,12 @@ class FakeProvider:
         if received is None:
             return False
         self.received.append(received)
+        if received.method == "DELETE":
+            gone = self.documents.pop(received.path, None)
+            if gone is None:
+                return await self._send_json(connection, writer, 404, {"error": {"message": "no such response"}})
+            deleted = {"id": gone.get("id"), "object": "response", "deleted": True}
+            return await self._send_json(connection, writer, 200, deleted)
         if received.method == "GET":
             document = self.documents.get(received.path)
             return await self._send_json(connection, writer, 200 if document is not None else 404, document or {})

@@ -305,7 +305,7 @@ def test_reasoning_returns_to_a_messages_client_as_a_thinking_block(gateway: Gat
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"logit_bias": {"1": 2}}, "logit_bias"),
-        ({"n": 2}, "n"),
+        ({"n": 2, "stream": True}, "n"),  # JSON n > 1 is fanned out; streamed it is refused
     ],
 )
 def test_a_field_a_messages_target_cannot_carry_is_refused_before_any_call(
