@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -168,7 +168,12 @@ class SessionResourceViewSet(WorkspaceViewSet):
         return Response({"data": page, "next_page": encode_cursor_token(page[-1]["id"]) if rest else None})
 
     @extend_schema(
-        request=TaggedUnionField(RESOURCE_KINDS, component_name="SessionResource"), responses=OpenApiTypes.OBJECT
+        request=PolymorphicProxySerializer(
+            component_name="SessionResourceParams",
+            serializers=[*RESOURCE_KINDS.values()],
+            resource_type_field_name="type",
+        ),
+        responses=OpenApiTypes.OBJECT,
     )
     def create(self, request: Request, id: str) -> Response:
         body = TaggedUnionField(RESOURCE_KINDS, component_name="SessionResource")
