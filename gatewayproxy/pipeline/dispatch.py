@@ -292,11 +292,13 @@ class Dispatch:
         return delay
 
     def _observe(self, adapter: Adapter, outcome: Response | Failure) -> None:
-        """Outlier detection of the destination: a success clears its record, a counted failure adds to it."""
+        """Outlier detection of the destination: a success clears its record, a counted failure adds to it. A
+        stream is judged when it ends (`_relay`): one the upstream cuts mid-way is a failure, not a success."""
         if self.outliers is None:
             return
         if isinstance(outcome, Response):
-            self.outliers.succeeded(adapter.name)
+            if outcome.stream is None:
+                self.outliers.succeeded(adapter.name)
         else:
             self._failed(adapter, outcome.kind)
 
@@ -382,10 +384,11 @@ class Dispatch:
         if translator.failed:
             upstream.release()
             return Failure("5xx", f"destination {adapter.name!r} failed before the first event")
-        return Response(200, SSE_CONTENT, stream=self._relay(frames, chunks, decoder, translator, upstream))
+        return Response(200, SSE_CONTENT, stream=self._relay(adapter, frames, chunks, decoder, translator, upstream))
 
     async def _relay(
         self,
+        adapter: Adapter,
         first: list[bytes],
         chunks: AsyncIterator[bytes],
         decoder: StreamDecoder,
@@ -403,12 +406,15 @@ class Dispatch:
                         yield await self._released(frames, translator)
                 tail = translator.finish()
                 status = 502 if translator.failed else 200
+                if translator.failed:  # ended without completing, or with an error event of its own
+                    self._failed(adapter, "5xx")
             except (TimeoutError, UpstreamIdle) as error:
                 status = 504
+                self._failed(adapter, "timeout")
                 tail = translator.fail(f"the upstream stream went idle: {error}", ErrorCode.UPSTREAM_TIMEOUT.value)
             except (UpstreamError, OSError, ValueError) as error:
                 status = 502
-                self._failed(self._adapter_of(context), "5xx")
+                self._failed(adapter, "5xx")
                 tail = translator.fail(f"the upstream stream broke: {error}")
             except GatewayError as error:
                 status = error.status
@@ -418,15 +424,14 @@ class Dispatch:
         finally:
             upstream.release()
             context.status = status
+            if status == 200 and self.outliers is not None:
+                self.outliers.succeeded(adapter.name)
             if status == 200:
                 context.usage = translator.usage
             else:
                 context.partial = True
                 context.usage = self._received_usage(translator)
             self.finish(context)
-
-    def _adapter_of(self, context: RequestContext) -> Adapter:
-        return context.state.adapters[context.destination]
 
     def _received_usage(self, translator: streams.StreamTranslator) -> Usage:
         """The usage of a stream that ended early: the usage frames seen, with output at least the tokens of the

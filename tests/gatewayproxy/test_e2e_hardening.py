@@ -66,6 +66,7 @@ def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayT
             "p1": _destination(primary, outlier_detection={"consecutive_failures": 1, "ejection_ms": 60000}),
             "p2": _destination(secondary, outlier_detection={"consecutive_failures": 1, "ejection_ms": 60000}),
             "counted": _destination(primary, outlier_detection={"consecutive_failures": 2, "ejection_ms": 60000}),
+            "cutting": _destination(primary, outlier_detection=LONG),
             "plain": _destination(primary),
             "vaulted": _destination(primary, vault="down"),
         },
@@ -74,6 +75,7 @@ def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayT
             _route("ex", "flaky", "second"),
             _route("pa", "p1", "p2"),
             _route("ct", "counted"),
+            _route("cu", "cutting", "second"),
             _route("mf", "plain", "second"),
             _route("sg", "plain"),
             _route("ra", "plain", retry={"triggers": ["429"], "max_attempts": 2, "backoff_ms": 1}),
@@ -118,6 +120,25 @@ def test_five_failures_eject_a_destination_which_then_sees_no_traffic(
     assert outlier["ejections"] == 1 and outlier["ejected_until"] > time.time() + 50
     assert 'gateway_destination_ejected{destination="first"} 1.0' in gateway.metrics_text
     assert outlier_of(gateway, "second") == {"ejected": False, "ejected_until": None, "ejections": 0}
+
+
+def test_streams_cut_mid_way_five_times_eject_the_destination(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
+    primary.reset(*["break_stream"] * 5)
+    for cut in range(5):
+        assert outlier_of(gateway, "cutting")["ejected"] is False, f"ejected after {cut} cut streams"
+        with httpx.stream(
+            "POST", f"{gateway.url}/v1/chat/completions", json={"model": "cu", "messages": HI, "stream": True}
+        ) as response:
+            text = response.read().decode()
+        assert response.status_code == 200 and "upstream_error" in text  # the cut reached the client as an event
+    wait_until(lambda: outlier_of(gateway, "cutting")["ejected"], what="the destination ejected")
+    assert outlier_of(gateway, "cutting")["ejections"] == 1
+    primary.reset()
+    before = len(secondary.received)
+    assert "secondary" in chat(gateway, "cu").text  # no longer tried: the fallback answers
+    assert len(primary.received) == 0 and len(secondary.received) == before + 1
 
 
 def test_an_ejected_destination_returns_once_ejection_ms_passed(gateway: GatewayThread, primary: FakeProvider) -> None:
