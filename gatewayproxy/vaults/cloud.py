@@ -9,6 +9,7 @@ request path awaits nothing but a dictionary read while they are fresh.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,10 +86,21 @@ class GoogleCredentials:
     def _from_document(document: Mapping[str, Any]) -> Any:
         import google.auth
         import google.auth.exceptions
+        import google.oauth2.credentials
+        import google.oauth2.service_account
 
+        info, scopes = dict(document), list(GOOGLE_SCOPES)
         try:
-            credentials, _ = google.auth.load_credentials_from_dict(dict(document), scopes=list(GOOGLE_SCOPES))
-        except google.auth.exceptions.GoogleAuthError as error:
+            if info.get("type") == "service_account":
+                return google.oauth2.service_account.Credentials.from_service_account_info(info, scopes=scopes)
+            if info.get("type") == "authorized_user":
+                return google.oauth2.credentials.Credentials.from_authorized_user_info(info, scopes=scopes)
+            # Other kinds (external account, impersonation): google-auth's generic loader, which warns that it does
+            # not vet the document; the vault is the operator's own configuration.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                credentials, _ = google.auth.load_credentials_from_dict(info, scopes=scopes)
+        except (google.auth.exceptions.GoogleAuthError, ValueError, KeyError) as error:
             raise VaultError(f"unusable google-auth credentials document: {error}") from error
         return credentials
 

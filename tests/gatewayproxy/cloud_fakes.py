@@ -23,6 +23,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 TOOL_INPUT = {"city": "Paris"}
+# google-auth signs service-account assertions for Google's token endpoint, whatever `token_uri` says.
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 AUTHORIZATION = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(\w+)/\d+/([\w-]+)/(\w+)/aws4_request, SignedHeaders=(\S+), Signature=(\w+)"
 )
@@ -330,7 +332,7 @@ class FakeGoogle(FakeServer):
             if key is None:
                 return _json(400, {"error": "invalid_grant"})
             try:
-                claims = jwt.decode(form["assertion"], key, algorithms=["RS256"], audience=self.token_uri)
+                claims = jwt.decode(form["assertion"], key, algorithms=["RS256"], audience=GOOGLE_TOKEN_AUDIENCE)
             except jwt.PyJWTError as error:
                 return _json(400, {"error": "invalid_grant", "error_description": str(error)})
             if "cloud-platform" not in claims.get("scope", ""):
