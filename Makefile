@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest services chromium bench clean
+.PHONY: run test lint typecheck pytest services chromium nginx bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ chromium:
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver)
 
+# The fleet test (tests/e2e/test_fleet.py) and bench/fleet balance replicas with Debian's nginx; installed when missing.
+nginx:
+	command -v nginx >/dev/null || test -x /usr/sbin/nginx || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx-light)
+
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -37,12 +42,12 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy .
 
-pytest: $(VENV)/.dev-installed services chromium
+pytest: $(VENV)/.dev-installed services chromium nginx
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
-bench: $(VENV)/.dev-installed services
+bench: $(VENV)/.dev-installed services nginx
 	$(BIN)/python -m bench
 
 clean:
