@@ -320,7 +320,7 @@ def headroom_headers(charges: tuple[Charge, ...], decision: Decision) -> list[tu
 
 def build(deps: StageDeps) -> list[Stage]:
     """The cost model's refresher and, when `rate_limits` are configured, the limits stage."""
-    stages: list[Stage] = list(deps.pricer.stages())
+    stages: list[Stage] = list(deps.pricer.stages(deps.metrics))
     if not deps.config.rate_limits:
         return stages
     metrics = deps.shared.get("limits.metrics", lambda: LimiterMetrics(deps.metrics.registry))

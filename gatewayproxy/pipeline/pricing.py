@@ -14,6 +14,7 @@ from gatewayproxy.adapters.registry import adapter_class
 from gatewayproxy.config.models import MODEL_KINDS, GatewayConfig, Pricing
 from gatewayproxy.context import Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import Stage
 from gatewayproxy.plugins.cost_models import CostModel, build_cost_model
 from gatewayproxy.vaults.resolvers import Fetch
@@ -124,9 +125,10 @@ class Pricer:
         """The USD cost of one request's usage at `destination` (unpriced: `None`)."""
         return None if usage is None else self.estimate(destination, model, usage)
 
-    def stages(self) -> list[Stage]:
-        """The stage that runs the cost model's background refreshes, when it has any."""
-        return [] if self.cost_model is None else [CostModelRefresh(self.cost_model)]
+    def stages(self, metrics: GatewayMetrics | None = None) -> list[Stage]:
+        """The stage that runs the cost model's background refreshes, when it has any (failed fetches counted
+        in `gateway_price_refresh_failures_total` when `metrics` are given)."""
+        return [] if self.cost_model is None else [CostModelRefresh(self.cost_model, metrics)]
 
 
 class CostModelRefresh(Stage):
@@ -134,8 +136,10 @@ class CostModelRefresh(Stage):
 
     name = "pricing"
 
-    def __init__(self, cost_model: CostModel) -> None:
+    def __init__(self, cost_model: CostModel, metrics: GatewayMetrics | None = None) -> None:
         self.cost_model = cost_model
+        if metrics is not None:
+            cost_model.count_failures(lambda name: metrics.child(metrics.price_refresh_failures, name).inc())
 
     async def start(self) -> None:
         await self.cost_model.start()

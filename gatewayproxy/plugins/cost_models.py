@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import FilePath, PluginInstance, Pricing
@@ -56,10 +56,12 @@ class StaticTableOptions(PluginOptions):
 
 
 class HttpRefreshOptions(PluginOptions):
-    """`http_refresh`: a JSON table at `url`, refetched every `refresh_interval_secs`; the last good one is kept."""
+    """`http_refresh`: a JSON table at `url`, refetched every `refresh_interval_secs` (every `retry_secs` while
+    fetches fail); the last good one is kept."""
 
     url: str
     refresh_interval_secs: float = Field(default=300, gt=0)
+    retry_secs: float = Field(default=10, gt=0)
     timeout_ms: int = Field(default=3000, gt=0)
     bearer_token_file: FilePath | None = None
 
@@ -71,6 +73,7 @@ class RegistryOptions(PluginOptions):
     bearer_token_file: FilePath
     group_domain: str = "registry.local"
     refresh_interval_secs: float = Field(default=300, gt=0)
+    retry_secs: float = Field(default=10, gt=0)
     timeout_ms: int = Field(default=3000, gt=0)
 
 
@@ -123,6 +126,9 @@ class CostModel:
         """Swap in a new table."""
         self.table = table
         self._revision += 1
+
+    def count_failures(self, failed: Callable[[str], None]) -> None:
+        """Have `failed(name)` called on each failed fetch of a price table (a fixed table fetches nothing)."""
 
     async def start(self) -> None:
         """Start background refreshes (none for a fixed table)."""
@@ -208,14 +214,22 @@ class StaticTableModel(CostModel):
 
 
 class RefreshingModel(CostModel):
-    """A table fetched at start and every interval; a failed fetch keeps the last good table."""
+    """A table fetched at start and every interval; a failed fetch keeps the last good table (empty until one
+    was fetched: models are unpriced meanwhile) and is retried every `retry` seconds in the background. An
+    outage is logged once, when it starts, and once more when it ends; every failed fetch is counted."""
 
-    def __init__(self, name: str, fetch: Fetch, interval: float, timeout: float) -> None:
+    def __init__(self, name: str, fetch: Fetch, interval: float, timeout: float, retry: float = 10) -> None:
         super().__init__(name)
         self._fetch = fetch
         self._interval = interval
+        self._retry = min(retry, interval)
         self._timeout = timeout
         self._task: asyncio.Task[None] | None = None
+        self._failed: Callable[[str], None] | None = None
+        self.outage = False  # whether the last fetch failed
+
+    def count_failures(self, failed: Callable[[str], None]) -> None:
+        self._failed = failed
 
     def request(self) -> tuple[str, dict[str, str]]:
         """The URL and headers of one fetch."""
@@ -232,20 +246,36 @@ class RefreshingModel(CostModel):
             status, body = await self._fetch(url, headers, self._timeout)
             if status != 200:
                 raise ValueError(f"answered {status}")
-            self.replace(self.table_of(orjson.loads(body)))
-            return True
-        except (OSError, ValueError, ValidationError) as error:
-            logger.warning("cost model %s: price refresh failed, keeping the last good table: %s", self.name, error)
+            table = self.table_of(orjson.loads(body))
+        except Exception as error:  # the fetcher's connection and timeout failures, bad statuses and tables alike
+            if self._failed is not None:
+                self._failed(self.name)
+            if not self.outage:
+                self.outage = True
+                logger.warning(
+                    "cost model %s: price refresh failed, keeping the last good table (%d models) and retrying "
+                    "every %gs: %s",
+                    self.name,
+                    len(self.table),
+                    self._retry,
+                    error,
+                )
             return False
+        self.replace(table)
+        if self.outage:
+            self.outage = False
+            logger.info("cost model %s: price refresh recovered, %d models priced", self.name, len(table))
+        return True
 
     async def start(self) -> None:
-        """Fetch now (the first table), then keep refreshing in the background."""
+        """Fetch now (the first table; a failure does not stop the boot), then keep refreshing in the
+        background."""
         await self.refresh()
         self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
 
     async def _refresh_forever(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._retry if self.outage else self._interval)
             await self.refresh()
 
     async def close(self) -> None:
@@ -262,7 +292,7 @@ class HttpRefreshModel(RefreshingModel):
     kind = "http_refresh"
 
     def __init__(self, name: str, options: HttpRefreshOptions, fetch: Fetch) -> None:
-        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000)
+        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000, options.retry_secs)
         self.options = options
 
     def request(self) -> tuple[str, dict[str, str]]:
@@ -278,7 +308,7 @@ class RegistryModel(RefreshingModel):
     kind = "registry"
 
     def __init__(self, name: str, options: RegistryOptions, fetch: Fetch) -> None:
-        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000)
+        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000, options.retry_secs)
         self.options = options
 
     def request(self) -> tuple[str, dict[str, str]]:
@@ -320,6 +350,10 @@ class LayeredModel(CostModel):
             if found is not None:
                 return found[0], f"{self.source}/{found[1]}"
         return None
+
+    def count_failures(self, failed: Callable[[str], None]) -> None:
+        for layer in self.layers:
+            layer.count_failures(failed)
 
     async def start(self) -> None:
         for layer in self.layers:

@@ -4,9 +4,13 @@ id, provider entry over bare entry), each cost model kind, bad options at boot, 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,9 @@ from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.limits_support import poll
+from tests.gatewayproxy.limits_support import CHAT, poll
+from tests.gatewayproxy.limits_support import document as limits_document
+from tests.support.live import free_port
 
 EVERY_FIELD = Pricing(
     input_per_1m=1,
@@ -238,15 +244,17 @@ def resolve(gateway: GatewayThread, **query: str) -> httpx.Response:
     return httpx.get(f"{gateway.admin_url}/admin/v1/pricing/resolve", params=query)
 
 
-def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider) -> None:
+def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider, caplog: pytest.LogCaptureFixture) -> None:
     primary.documents["/prices.json"] = {"m": {"input_per_1m": 1, "output_per_1m": 2}}
     cost_model = {"kind": "http_refresh", "url": f"{primary.url}/prices.json", "refresh_interval_secs": 0.05}
+    caplog.set_level(logging.INFO, logger="gatewayproxy.pricing")
     with gateway_with(config(cost_model)) as gateway:
         first = resolve(gateway, provider="vendor_a", model="m").json()
         del primary.documents["/prices.json"]  # the next refreshes answer 404
         fetches = len(primary.received)
-        poll(lambda: len(primary.received) >= fetches + 2)
+        assert poll(lambda: len(primary.received) >= fetches + 3 and refresh_failures(gateway) >= 3)
         kept = resolve(gateway, provider="vendor_a", model="m").json()
+        assert len(outage_lines(caplog)) == 1  # an outage of several failed fetches is one log line
         primary.documents["/prices.json"] = {"m": {"input_per_1m": 7}}
         changed = poll(
             lambda: (
@@ -257,6 +265,7 @@ def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider) -> None:
     assert first["pricing"] == {"input_per_1m": 1, "output_per_1m": 2} and first["source"] == "http_refresh:prices"
     assert kept["pricing"] == first["pricing"]
     assert changed
+    assert any("price refresh recovered" in record.getMessage() for record in caplog.records)
 
 
 def test_registry_prices_are_fetched_with_the_bearer_token(primary: FakeProvider, tmp_path: Path) -> None:
@@ -393,3 +402,80 @@ def test_seed_prices_the_upstream_id_after_model_map_and_operator_tables_overrid
     ]
     table_first = pricer({"kind": "layered", "layers": layers}).resolve("a", "gpt-4o")
     assert table_first is not None and table_first.pricing.input_per_1m == 99
+
+
+class PriceService:
+    """A JSON price table served on a port chosen before it listens (so a gateway can boot against it down)."""
+
+    def __init__(self, port: int, table: dict[str, Any]) -> None:
+        self.port = port
+        self.table = table
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/prices.json"
+
+    def start(self) -> None:
+        table = json.dumps(self.table).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(table)))
+                self.end_headers()
+                self.wfile.write(table)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def refresh_failures(gateway: GatewayThread) -> float:
+    for line in gateway.metrics_text.splitlines():
+        if line.startswith('gateway_price_refresh_failures_total{cost_model="prices"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "price refresh failed" in record.getMessage()]
+
+
+def test_a_price_service_down_at_boot_is_retried_in_the_background(
+    primary: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = PriceService(free_port(), {"m": {"input_per_1m": 1, "output_per_1m": 2}})
+    cost_model = {"kind": "http_refresh", "url": service.url, "refresh_interval_secs": 300, "retry_secs": 0.05}
+    document = limits_document(
+        primary,
+        rate_limits=[{"name": "spend", "budget_usd_per_month": 1}],
+        spend={"headers": {"enabled": True}, "admission": {"unpriced_model": "deny"}},
+        plugins={"cost_model": {"name": "prices", **cost_model}},
+    )
+    caplog.set_level(logging.INFO, logger="gatewayproxy.pricing")
+    with gateway_with(document) as gateway:
+        # The gateway serves with nothing priced: unpriced models are refused as configured.
+        refused = httpx.post(f"{gateway.url}/v1/chat/completions", json=CHAT, timeout=10)
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "unpriced_model"
+        assert poll(lambda: refresh_failures(gateway) >= 3), "failed fetches are counted"
+        assert len(outage_lines(caplog)) == 1  # one line for the whole outage, not one per failed fetch
+        service.start()
+        try:
+            assert poll(lambda: resolve(gateway, provider="vendor_a", model="m").status_code == 200)
+            priced = httpx.post(f"{gateway.url}/v1/chat/completions", json=CHAT, timeout=10)
+            assert priced.status_code == 200
+            assert float(priced.headers["x-budget-remaining-usd"]) < 1
+            assert any("price refresh recovered" in record.getMessage() for record in caplog.records)
+        finally:
+            service.stop()
+    assert len(outage_lines(caplog)) == 1
