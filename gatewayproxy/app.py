@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -62,6 +63,18 @@ def split_address(listen: str) -> tuple[str, int]:
     """`host:port` (IPv6 hosts in brackets) to a (host, port) pair."""
     host, _, port = listen.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a `host:port` listener is reachable only from this machine (`localhost` or a loopback address;
+    an empty host or `0.0.0.0` listens everywhere)."""
+    host = split_address(listen)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def upstream_limits(state: GatewayState) -> dict[tuple[str, str, int], UpstreamLimits]:
@@ -165,6 +178,12 @@ class Gateway:
             self.database.start(self.install)
         runtime.ready = True
         logger.info("gateway listening: data %s, admin %s (pid %d)", server.listen, server.admin_listen, os.getpid())
+        if not state.config.identity.validators and not is_loopback(server.listen):
+            logger.warning(
+                "the data plane listens on %s, beyond loopback, with no identity validators: every caller is "
+                "anonymous (configure identity.validators)",
+                server.listen,
+            )
 
     async def _listen(
         self,

@@ -89,6 +89,7 @@ class GatewayState:
 
     async def start(self) -> None:
         """Start the stages' background work; the snapshot is about to serve."""
+        self.identity.start()
         for stage in self.stages:
             await stage.start()
 
@@ -96,6 +97,7 @@ class GatewayState:
         """Stop the stages' background work, flushing what they queued; the snapshot has retired."""
         for stage in reversed(self.stages):
             await stage.close()
+        await self.identity.close()
 
 
 def build_state(loaded: LoadedConfig, pool: UpstreamPool, shared: SharedParts, metrics: GatewayMetrics) -> GatewayState:

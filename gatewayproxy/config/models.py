@@ -99,6 +99,7 @@ class Validator(Strict):
     header: str | None = None
     require_exp: bool = True
     leeway_secs: Annotated[float, Field(ge=0)] = 30
+    jwks_refresh_secs: Annotated[float, Field(gt=0)] = 300  # the JWKS refetched this often (keys removed dropped)
 
     @model_validator(mode="after")
     def _kind_requirements(self) -> Validator:

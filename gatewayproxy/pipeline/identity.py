@@ -6,6 +6,7 @@ Only `Authorization: Bearer` carries credentials; validators are tried in config
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -85,7 +86,8 @@ def load_public_key(path: str) -> Any:
 
 
 class JwtValidator:
-    """Verifies JWTs against a static key or a JWKS fetched, cached and refetched on an unknown kid."""
+    """Verifies JWTs against a static key or a JWKS fetched, cached, refetched on an unknown kid and every
+    `jwks_refresh_secs` in the background (so keys removed from the JWKS stop verifying tokens)."""
 
     def __init__(self, config: Validator, fetch: Fetch) -> None:
         self.name = config.name
@@ -96,6 +98,26 @@ class JwtValidator:
         self._fetched_at = float("-inf")
         self._fetch_failed = False  # the last JWKS fetch failed: an unknown key is the issuer's outage, not a forgery
         self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Refresh the JWKS every `jwks_refresh_secs` in the background (never on the request path; the boot
+        does not wait for a first fetch, which the first token makes)."""
+        if self.config.jwks_url is not None and self._static_key is None:
+            self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    async def close(self) -> None:
+        """Stop refreshing."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.jwks_refresh_secs)
+            await self._refresh(periodic=True)
 
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of a valid token, or None."""
@@ -137,9 +159,11 @@ class JwtValidator:
             raise GatewayError(ErrorCode.IDENTITY_UNAVAILABLE, f"the signing keys of {self.name!r} cannot be fetched")
         return None
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, periodic: bool = False) -> None:
+        """Refetch the JWKS: on an unknown kid at most every JWKS_REFETCH_INTERVAL_SECONDS, always when
+        `periodic`."""
         async with self._lock:
-            if time.monotonic() - self._fetched_at < JWKS_REFETCH_INTERVAL_SECONDS:
+            if not periodic and time.monotonic() - self._fetched_at < JWKS_REFETCH_INTERVAL_SECONDS:
                 return
             self._fetched_at = time.monotonic()
             assert self.config.jwks_url is not None
@@ -182,6 +206,18 @@ class IdentityStage:
         ]
         self._trusted_header_dims = tuple(spend.trusted_header_dims)
 
+    def start(self) -> None:
+        """Start the validators' background JWKS refreshes."""
+        for validator in self._validators:
+            if isinstance(validator, JwtValidator):
+                validator.start()
+
+    async def close(self) -> None:
+        """Stop them."""
+        for validator in self._validators:
+            if isinstance(validator, JwtValidator):
+                await validator.close()
+
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         """The caller's principal with its scope; raises 401 `unauthenticated`."""
         principal = await self._verified(headers)
@@ -215,4 +251,9 @@ class IdentityStage:
         }
         if not extra:
             return principal
-        return Principal(id=principal.id, scope={**principal.scope, **extra}, validator=principal.validator)
+        return Principal(
+            id=principal.id,
+            scope={**principal.scope, **extra},
+            validator=principal.validator,
+            header_dims=frozenset(extra),
+        )

@@ -120,12 +120,14 @@ def request_phase(context: RequestContext) -> str | None:
     return None
 
 
-def request_session(context: RequestContext) -> Session | None:
-    """The registry session of a request: the verified `workspace` scope and the `session` scope, else the
-    `x-session-id` header."""
-    scope = context.scope
-    workspace = scope.get("workspace")
-    session = scope.get("session") or context.request.headers.get(SESSION_HEADER)
+def request_session(context: RequestContext, trust_header: bool = False) -> Session | None:
+    """The registry session of a request: the verified `workspace` and `session` scope dimensions (not ones a
+    trusted `x-scope-*` header filled); without a verified session, the `x-session-id` header only when
+    `trust_header` (the guardrail source's `trust_session_header`)."""
+    principal = context.principal
+    verified = {dim: value for dim, value in principal.scope.items() if dim not in principal.header_dims}
+    workspace = verified.get("workspace")
+    session = verified.get("session") or (context.request.headers.get(SESSION_HEADER) if trust_header else None)
     return Session(workspace, session) if workspace and session else None
 
 
@@ -141,8 +143,10 @@ class PolicyStage(Stage):
         store: StateStore,
         timezone: str,
         metrics: PolicyMetrics,
+        trust_session_header: bool = False,
     ) -> None:
         self.policy = policy
+        self.trust_session_header = trust_session_header
         self.phases = frozenset(policy.phases)
         self.source = source
         self.store = store
@@ -191,7 +195,7 @@ class PolicyStage(Stage):
                 day=now.strftime("%Y-%m-%d"),
                 minute=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M"),
                 cost_usd=context.cost_usd or 0.0,
-                session=request_session(context),
+                session=request_session(context, self.trust_session_header),
                 turn=context.request.headers.get(TURN_HEADER),
             )
         )
@@ -199,7 +203,7 @@ class PolicyStage(Stage):
     async def _resolve(self, context: RequestContext) -> Resolution:
         if isinstance(self.source, FileSource):
             return self.source.resolve()
-        session = request_session(context)
+        session = request_session(context, self.trust_session_header)
         return await self.source.resolve(session) if session is not None else Resolution()
 
     def _facts(self, context: RequestContext, phase: str) -> Facts:
@@ -322,7 +326,8 @@ def build(deps: StageDeps) -> list[Stage]:
     source = _source(deps, _resolved_source(config.guardrail_source, deps.base_dir), metrics)
     if isinstance(source, FileSource) and source.signed and not source.keys:
         raise ConfigError(["guardrail_source.verification: no PEM public key found"])
-    return [PolicyStage(config.guardrails_policy, source, _store(deps), config.spend.budget_timezone, metrics)]
+    policy, trust_header = config.guardrails_policy, config.guardrail_source.trust_session_header
+    return [PolicyStage(policy, source, _store(deps), config.spend.budget_timezone, metrics, trust_header)]
 
 
 async def effective_bundle(config: GatewayConfig, stages: list[Stage], query: dict[str, str]) -> dict[str, Any]:

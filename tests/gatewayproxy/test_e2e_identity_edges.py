@@ -1,5 +1,6 @@
-"""End to end, JWT edge cases: `exp` required unless `require_exp: false`, `leeway_secs` on `exp` and `nbf`, and a
-JWKS that cannot be fetched (503 `identity_unavailable`, boot not blocked)."""
+"""End to end, JWT edge cases: `exp` required unless `require_exp: false`, `leeway_secs` on `exp` and `nbf`, a
+JWKS that cannot be fetched (503 `identity_unavailable`, boot not blocked), keys dropped by the periodic JWKS
+refresh, and the boot warning of a non-loopback listener without identity."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.limits_support import poll
 
 pytestmark = pytest.mark.e2e
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -42,7 +44,7 @@ def _validator(name: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _gateway(tmp_path: Path, primary: FakeProvider, validators: list[dict[str, Any]]) -> GatewayThread:
+def _gateway(tmp_path: Path, primary: FakeProvider, validators: list[dict[str, Any]], **sections: Any) -> GatewayThread:
     pem = KEY.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     (tmp_path / "key.pem").write_bytes(pem)
     document = {
@@ -52,6 +54,7 @@ def _gateway(tmp_path: Path, primary: FakeProvider, validators: list[dict[str, A
             "one": {"kind": "vendor_a_compatible", "base_url": f"{primary.url}/v1", "credentials": {"vault": "static"}}
         },
         "routes": [{"name": "any", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
+        **sections,
     }
     return GatewayThread(document, base_dir=str(tmp_path)).start()
 
@@ -102,3 +105,49 @@ def test_an_unreachable_jwks_is_503_and_does_not_block_boot(tmp_path: Path, prim
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "identity_unavailable"
     finally:
         running.stop()
+
+
+def _jwk(kid: str, key: rsa.RSAPrivateKey) -> dict[str, Any]:
+    jwk: dict[str, Any] = jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    return {**jwk, "kid": kid, "alg": "RS256", "use": "sig"}
+
+
+def test_a_key_removed_from_the_jwks_is_refused_after_the_next_refresh(tmp_path: Path, primary: FakeProvider) -> None:
+    kept, removed = KEY, rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    primary.documents["/rotating-jwks"] = {"keys": [_jwk("kept", kept), _jwk("removed", removed)]}
+    jwks_url = f"{primary.url}/rotating-jwks"
+    running = _gateway(tmp_path, primary, [_validator("idp", jwks_url=jwks_url, jwks_refresh_secs=0.2)])
+
+    def signed(key: rsa.RSAPrivateKey, kid: str) -> str:
+        return jwt.encode({"sub": "u", "exp": int(time.time()) + 60}, key, "RS256", headers={"kid": kid})
+
+    try:
+        assert post(running, signed(removed, "removed")).status_code == 200
+        primary.documents["/rotating-jwks"] = {"keys": [_jwk("kept", kept)]}
+        # No request asks for an unknown kid: only the background refresh can drop the key.
+        assert poll(lambda: post(running, signed(removed, "removed")).status_code == 401), "the key was not dropped"
+        assert post(running, signed(kept, "kept")).status_code == 200
+    finally:
+        running.stop()
+        primary.documents.pop("/rotating-jwks", None)
+
+
+def test_no_identity_on_a_non_loopback_listener_warns_at_boot(
+    tmp_path: Path, primary: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    def warnings() -> list[str]:
+        return [record.getMessage() for record in caplog.records if "no identity validators" in record.getMessage()]
+
+    everywhere = {"server": {"listen": "0.0.0.0:0"}}
+    for document, warned in (
+        (everywhere, 1),
+        ({}, 0),  # loopback: no warning
+        ({**everywhere, "identity": {"validators": [_validator("pem", static_public_key_pem="key.pem")]}}, 0),
+    ):
+        caplog.clear()
+        running = _gateway(tmp_path, primary, [], **document)
+        try:
+            assert httpx.get(f"{running.admin_url}/readyz").status_code == 200
+        finally:
+            running.stop()
+        assert len(warnings()) == warned, document

@@ -3,9 +3,11 @@ effective endpoint, `on_backend_error`, and Redis guardrail state written back t
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +99,15 @@ def running(
 
 
 def registry_source(url: str, token_file: Path, **extra: Any) -> dict[str, Any]:
-    return {"name": "registry", "kind": "registry", "base_url": url, "bearer_token_file": str(token_file), **extra}
+    """A registry source; these tests name their session with `x-session-id`, so it is trusted unless told."""
+    return {
+        "name": "registry",
+        "kind": "registry",
+        "base_url": url,
+        "bearer_token_file": str(token_file),
+        "trust_session_header": True,
+        **extra,
+    }
 
 
 def effective(gateway: GatewayThread, session_id: str) -> httpx.Response:
@@ -163,6 +173,74 @@ def test_on_backend_error(
         assert secondary.received[0].path.startswith("/internal/v1/guardrails/effective?workspace=wsp_failing")
         chat(gateway, "m", CLIENT_KEY, **{"x-session-id": "sesn_1"})
         assert len(secondary.received) == 1  # a failed fetch is not retried before refresh_interval_secs
+
+
+def _bundle_fetches(registry: FakeProvider) -> list[str]:
+    return [received.path for received in registry.received if received.path.startswith("/internal/")]
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_the_session_comes_from_verified_scope_and_from_the_header_only_when_trusted(
+    trusted: bool, primary: FakeProvider, secondary: FakeProvider, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("token")
+    # `secondary` answers every bundle fetch with 404 and `on_backend_error: deny` refuses: a request the gateway
+    # found a session for is 403 and shows its session in the fetch; one without a session is allowed unfetched.
+    source = registry_source(secondary.url, token_file, on_backend_error="deny", trust_session_header=trusted)
+    keys = tmp_path / "keys.json"
+    keys.write_text(
+        json.dumps(
+            {
+                "keys": [
+                    {"sha256": sha256(b"plain").hexdigest(), "principal": "p", "scope": {"workspace": "wsp_1"}},
+                    {
+                        "sha256": sha256(b"sessioned").hexdigest(),
+                        "principal": "s",
+                        "scope": {"workspace": "wsp_1", "session": "sesn_verified"},
+                    },
+                ]
+            }
+        )
+    )
+    identity = {
+        "scope_dims": ["session", "workspace"],
+        "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(keys)}],
+    }
+    policy = {"mode": "enforce", "refresh_interval_secs": 1}
+    document = gateway_document(
+        primary,
+        identity=identity,
+        guardrail_source=source,
+        guardrails_policy=policy,
+        spend={"trusted_header_dims": ["session"]},
+    )
+    with running_document(document) as gateway:
+        secondary.reset()
+        header = chat(gateway, "m", "plain", **{"x-session-id": "sesn_header"})
+        header_fetches = _bundle_fetches(secondary)
+        secondary.reset()
+        # A trusted `x-scope-session` header fills the scope for limits, but it is not a verified dimension.
+        scoped = chat(gateway, "m", "plain", **{"x-scope-session": "sesn_scoped"})
+        assert scoped.status_code == 200 and _bundle_fetches(secondary) == []
+        secondary.reset()
+        verified = chat(gateway, "m", "sessioned", **{"x-session-id": "sesn_header"})
+        assert error_code(verified) == DENIED
+        assert [path.split("session=")[1] for path in _bundle_fetches(secondary)] == ["sesn_verified"]
+    if trusted:
+        assert error_code(header) == DENIED
+        assert [path.split("session=")[1] for path in header_fetches] == ["sesn_header"]
+    else:
+        assert header.status_code == 200 and header_fetches == []
+
+
+@contextmanager
+def running_document(document: dict[str, Any]) -> Iterator[GatewayThread]:
+    gateway = GatewayThread(document).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
 
 
 @with_database
