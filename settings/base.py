@@ -80,6 +80,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "registry.core.middleware.RequestIdMiddleware",
+    "registry.core.middleware.TracingMiddleware",
     "registry.core.observability.RequestObservabilityMiddleware",
     "registry.core.middleware.BodySizeLimitMiddleware",
     "registry.core.middleware.ArrayQueryParamsMiddleware",
@@ -297,6 +298,11 @@ REGISTRY_HEALTH_PORT = env_str("REGISTRY_HEALTH_PORT")
 REGISTRY_HEALTH_BIND = env_str("REGISTRY_HEALTH_BIND", "0.0.0.0")
 REGISTRY_METRICS_TOKEN = env_str("REGISTRY_METRICS_TOKEN")
 REGISTRY_RUNTIME_DRAIN_SECONDS = float(env_str("REGISTRY_RUNTIME_DRAIN_SECONDS", "25"))
+# Tracing (README, "Tracing"): spans go to this OTLP/HTTP collector (the traces URL, or the base URL that
+# `/v1/traces` is appended to); neither set, or the SDK disabled: nothing is recorded, `traceparent` is carried.
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_SDK_DISABLED = env_bool("OTEL_SDK_DISABLED", False)
 
 LOGGING = {
     "version": 1,

@@ -1,15 +1,19 @@
-"""Request ids on every response, the body-size limit answered before any view runs, and array
-query parameters. Each middleware works sync and async, so ASGI requests switch threads once."""
+"""Request ids on every response, a trace span per request, the body-size limit answered before any view
+runs, and array query parameters. Each middleware works sync and async, so ASGI requests switch threads once."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from opentelemetry.trace import Span
 
+from registry.core import tracing
 from registry.core.errors import ErrorType, json_error
 from registry.core.ids import new_id
 
@@ -52,6 +56,77 @@ class RequestIdMiddleware(DualModeMiddleware):
     def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         response["request-id"] = request.request_id  # type: ignore[attr-defined]
         return response
+
+
+class TracingMiddleware:
+    """A server span per request (`POST /v1/sessions/{id}/events`), continuing the caller's W3C `traceparent`
+    or starting a trace, and current while the view runs, so the user events it appends carry it (see
+    `tracing.TRACEPARENT_FIELD`). Probes and scrapes are not traced."""
+
+    sync_capable = True
+    async_capable = True
+    UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
+        if self.is_async:
+            return self.__acall__(request)
+        if request.path in self.UNTRACED:
+            return self.get_response(request)  # type: ignore[no-any-return]
+        with self.span(request) as span:
+            response: HttpResponse = self.get_response(request)
+            finish_span(span, request, response)
+            return response
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        if request.path in self.UNTRACED:
+            return await self.get_response(request)  # type: ignore[no-any-return]
+        with self.span(request) as span:
+            response: HttpResponse = await self.get_response(request)
+            finish_span(span, request, response)
+            return response
+
+    @staticmethod
+    def span(request: HttpRequest) -> AbstractContextManager[Span]:
+        attributes = {
+            "http.request.method": request.method or "",
+            "url.path": request.path,
+            "registry.request_id": getattr(request, "request_id", ""),
+        }
+        return tracing.continuing(
+            request.headers.get("traceparent"),
+            request.method or "HTTP",
+            service=tracing.API_SERVICE,
+            kind=tracing.SERVER,
+            attributes=attributes,
+        )
+
+
+ROUTE_PARAMETER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
+
+
+def route_template(route: str) -> str:
+    """A Django route (`v1/sessions/<sesn_id:id>/events`) as the span names it (`/v1/sessions/{id}/events`)."""
+    return "/" + ROUTE_PARAMETER.sub(r"{\1}", route)
+
+
+def finish_span(span: Span, request: HttpRequest, response: HttpResponse) -> None:
+    """Name the span by its route (known once the URL resolved) and record the status."""
+    if not span.is_recording():
+        return
+    match = request.resolver_match
+    if match is not None and match.route:
+        route = route_template(match.route)
+        span.update_name(f"{request.method} {route}")
+        span.set_attribute("http.route", route)
+    span.set_attribute("http.response.status_code", response.status_code)
+    if response.status_code >= 500:
+        span.set_status(tracing.ERROR)
 
 
 class BodySizeLimitMiddleware(DualModeMiddleware):

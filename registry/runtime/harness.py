@@ -10,6 +10,7 @@ worker holds the session; before every side effect (a model call, a tool call) t
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from registry.core import tracing
 from registry.core.serialization import timestamp
 from registry.runtime import context, mcp_client, outcomes
 from registry.runtime.attachments import FileSources, rubric_for_grader
@@ -157,6 +159,8 @@ class SessionRunner:
         self._sandbox: BwrapSandbox | None = None  # set once a turn used it: snapshot at its end
         self._last_check = time.monotonic()
         self._loaded = False
+        # The trace context of the user event that started the turn (its `session.turn` span's parent).
+        self.turn_traceparent: str | None = None
 
     def _load(self) -> None:
         session = Session.objects.select_related("environment").get(pk=self.session_id)
@@ -200,6 +204,7 @@ class SessionRunner:
     def run(self) -> None:
         self._load()
         if self.status in (Status.RUNNING, Status.RESCHEDULING):
+            self.turn_traceparent = self._latest_traceparent()
             self._run_turn()  # a turn whose worker went away: carry on from the log
         while batch := self._pending():
             self._apply(batch)
@@ -228,9 +233,34 @@ class SessionRunner:
             if starts_turn:
                 self._set_status(Status.RUNNING)
         if starts_turn:
+            inputs = [event for event in batch if event.type != "user.interrupt"]
+            self.turn_traceparent = next(
+                (traced for event in reversed(inputs) if (traced := event.body.get(tracing.TRACEPARENT_FIELD))), None
+            )
             self._run_turn()
 
+    def _latest_traceparent(self) -> str | None:
+        """The trace context of the latest acknowledged user event (a resumed turn continues its trace)."""
+        traced = (
+            SessionEvent.objects.filter(session_id=self.session_id, seq__isnull=False, type__startswith="user.")
+            .order_by("-seq")
+            .values_list(f"body__{tracing.TRACEPARENT_FIELD}", flat=True)
+            .first()
+        )
+        return traced if isinstance(traced, str) else None
+
     def _run_turn(self) -> None:
+        """The turn as a `session.turn` span, continuing the trace of the user event that started it."""
+        attributes = {"session.id": self.session_id}
+        with tracing.continuing(
+            self.turn_traceparent, "session.turn", service=tracing.RUNTIME_SERVICE, attributes=attributes
+        ) as span:
+            stop_reason = self._turn()
+            span.set_attribute("registry.stop_reason", str(stop_reason["type"]))
+            if stop_reason["type"] in ("error", "retries_exhausted"):
+                span.set_status(tracing.ERROR)
+
+    def _turn(self) -> dict[str, Any]:
         started = time.monotonic()
         self._catalog = None
         self._set_status(Status.RUNNING)
@@ -253,6 +283,7 @@ class SessionRunner:
             session_id=self.session_id, usage={}, active_seconds=time.monotonic() - started, fence=self.fence
         )
         self._set_status(Status.IDLE, stop_reason)
+        return stop_reason
 
     def _advance(self) -> dict[str, Any]:
         """Step until the turn ends or waits on the client; returns the idle stop reason."""
@@ -356,7 +387,9 @@ class SessionRunner:
             finally:
                 done.set()
 
-        threading.Thread(target=target, name=f"call-{self.session_id}", daemon=True).start()
+        # The thread runs in a copy of this one's context: spans (and log ids) started there nest under ours.
+        current = contextvars.copy_context()
+        threading.Thread(target=current.run, args=(target,), name=f"call-{self.session_id}", daemon=True).start()
         while not done.wait(WAIT_SLICE_SECONDS):
             self.checkpoint()
         if "error" in box:
@@ -546,7 +579,10 @@ class SessionRunner:
             self._emit_tool_result(call, [{"type": "text", "text": message}], is_error=True)
         for call in runnable:
             self.checkpoint()
-            outcome = self._run_builtin(call) if call.type == "agent.tool_use" else self._call_mcp(call)
+            with tracing.child(f"tool.{call.body['name']}", service=tracing.RUNTIME_SERVICE) as span:
+                outcome = self._run_builtin(call) if call.type == "agent.tool_use" else self._call_mcp(call)
+                if outcome.is_error:
+                    span.set_status(tracing.ERROR)
             self._emit_tool_result(call, outcome.content, is_error=outcome.is_error)
 
     def _run_builtin(self, call: SessionEvent) -> ToolOutcome:

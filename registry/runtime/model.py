@@ -1,18 +1,22 @@
 """The model client: `POST {REGISTRY_MODEL_BASE_URL}/v1/messages` in the vendor-B messages shape.
 
 Streaming responses are parsed from Server-Sent Events into one complete response; an observer sees
-blocks start and text arrive, so previews can be published while the model writes.
+blocks start and text arrive, so previews can be published while the model writes. Each call is a
+`model.call` span whose W3C `traceparent` goes to the gateway, which continues the trace.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
+from opentelemetry.trace import Span
 
+from registry.core import tracing
 from registry.runtime.config import RuntimeSettings
 
 API_VERSION = "2023-06-01"
@@ -206,6 +210,29 @@ def parse_tool_input(raw: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+MODEL_SPAN = "model.call"
+
+
+def trace_headers() -> dict[str, str]:
+    """The current span's `traceparent` (the `model.call` span; the carried context when not recording)."""
+    traceparent = tracing.current_traceparent()
+    return {"traceparent": traceparent} if traceparent else {}
+
+
+def traced_call(body: dict[str, Any]) -> AbstractContextManager[Span]:
+    """The `model.call` span of one request, a client span under the turn's."""
+    attributes = {"gen_ai.request.model": str(body.get("model", "")), "gen_ai.operation.name": "chat"}
+    return tracing.child(MODEL_SPAN, service=tracing.RUNTIME_SERVICE, kind=tracing.CLIENT, attributes=attributes)
+
+
+def record_outcome(span: Span, response: ModelResponse) -> None:
+    if span.is_recording():
+        span.set_attribute("gen_ai.usage.input_tokens", response.usage.get("input_tokens", 0))
+        span.set_attribute("gen_ai.usage.output_tokens", response.usage.get("output_tokens", 0))
+        if response.stop_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [response.stop_reason])
+
+
 class ModelClient:
     """One HTTP client for a worker's model calls."""
 
@@ -222,9 +249,15 @@ class ModelClient:
     def stream(self, body: dict[str, Any], observer: StreamObserver, auth: dict[str, str]) -> ModelResponse:
         """A streaming call; the observer's checkpoint runs after every stream event. `auth`: the
         session's credential headers (registry.runtime.identity)."""
+        with traced_call(body) as span:
+            response = self._stream(body, observer, auth)
+            record_outcome(span, response)
+            return response
+
+    def _stream(self, body: dict[str, Any], observer: StreamObserver, auth: dict[str, str]) -> ModelResponse:
         accumulator = StreamAccumulator(observer)
         try:
-            headers = {**self.headers, **beta_headers(body), **auth}
+            headers = {**self.headers, **beta_headers(body), **auth, **trace_headers()}
             with self.http.stream("POST", self.url, json={**body, "stream": True}, headers=headers) as answer:
                 if answer.status_code >= 400:
                     detail = answer.read().decode(errors="replace")
@@ -243,8 +276,14 @@ class ModelClient:
 
     def create(self, body: dict[str, Any], auth: dict[str, str]) -> ModelResponse:
         """A non-streaming call (the outcome grader's, compaction summaries)."""
+        with traced_call(body) as span:
+            response = self._create(body, auth)
+            record_outcome(span, response)
+            return response
+
+    def _create(self, body: dict[str, Any], auth: dict[str, str]) -> ModelResponse:
         try:
-            headers = {**self.headers, **beta_headers(body), **auth}
+            headers = {**self.headers, **beta_headers(body), **auth, **trace_headers()}
             answer = self.http.post(self.url, json={**body, "stream": False}, headers=headers)
         except httpx.HTTPError as error:
             raise transport_error(error) from error

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from registry.core.errors import not_found
 from registry.core.serialization import timestamp
+from registry.core.tracing import TRACEPARENT_FIELD
 from registry.sessions.events import ENVELOPE_FIELDS, NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES
 from registry.sessions.models import Session, SessionEvent
 
@@ -68,6 +69,7 @@ def render_event(event: SessionEvent, *, native: bool) -> dict[str, Any]:
     """An event body; the default dialect drops the transcript envelope (`seq`, `subpath`)."""
     body = {"id": event.id, "type": event.type, **event.body, "processed_at": timestamp(event.processed_at)}
     body.pop(NATIVE_BETA_FIELD, None)
+    body.pop(TRACEPARENT_FIELD, None)
     if native:
         body["seq"] = event.seq
         body.setdefault("subpath", None)

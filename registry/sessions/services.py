@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from registry.agents.selectors import usable_agent
+from registry.core import tracing
 from registry.core.errors import conflict, invalid_request, not_found
 from registry.core.ids import new_id
 from registry.core.selectors import require_live
@@ -220,6 +221,9 @@ def events_append(
     for index, event in enumerate(events):
         _check_event(locked, index, event, state)
     created = [SessionEvent(session=locked, type=event["type"], body=_stored_body(event, native)) for event in events]
+    if traceparent := tracing.current_traceparent():  # the appending request's span: the turn continues it
+        for row in created:
+            row.body[tracing.TRACEPARENT_FIELD] = traceparent
     SessionEvent.objects.bulk_create(created)
     Session.objects.filter(pk=locked.pk).update(has_pending_events=True, updated_at=timezone.now())
     notify.wake_runtime(locked.pk)
