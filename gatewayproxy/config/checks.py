@@ -125,8 +125,7 @@ def config_problems(config: GatewayConfig) -> list[str]:
     for name, destination in config.destinations.items():
         if destination.credentials is not None and destination.vault_name not in vault_names:
             problems.append(
-                f"destinations.{name}.credentials.vault: vault {destination.vault_name!r} "
-                "is not declared in vaults"
+                f"destinations.{name}.credentials.vault: vault {destination.vault_name!r} is not declared in vaults"
             )
     for i, route in enumerate(config.routes):
         problems += _route_problems(i, route, config, declared)

@@ -182,10 +182,7 @@ def _translated_success(context: RequestContext, adapter: Adapter, body: bytes, 
     context.usage = _usage_of(context.operation, shape, document)
     if collect_text and context.operation in (Operation.CHAT, Operation.MESSAGES):
         context.output_text = response_text(shape, document)
-    if (
-        context.operation not in (Operation.CHAT, Operation.MESSAGES)
-        or client_shape(context.operation) is shape
-    ):
+    if context.operation not in (Operation.CHAT, Operation.MESSAGES) or client_shape(context.operation) is shape:
         return body
     if shape is Shape.MESSAGES:
         return orjson.dumps(translate.messages_to_chat_response(document))

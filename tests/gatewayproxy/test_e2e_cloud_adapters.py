@@ -120,7 +120,9 @@ def test_vendor_e_paths_and_bearer(gateway: GatewayThread, primary: FakeProvider
     with gateway.anthropic.messages.stream(model="vx-sonnet", max_tokens=10, messages=HI) as stream:
         assert "".join(stream.text_stream) == "Hello from primary"
     first, second = primary.received
-    assert first.path == ("/v1/projects/proj-1/locations/europe-west1/publishers/anthropic/models/claude-sonnet-4%4020250514:rawPredict")
+    assert first.path == (
+        "/v1/projects/proj-1/locations/europe-west1/publishers/anthropic/models/claude-sonnet-4%4020250514:rawPredict"
+    )
     assert second.path.endswith(":streamRawPredict") and second.body["stream"] is True
     assert first.headers["authorization"] == "Bearer ya29.token"
     assert first.body["anthropic_version"] == "vertex-2023-10-16" and "model" not in first.body
