@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("registry", "sessions", "runtime", "sandbox", "resources", "gateway")
+BENCHMARKS = ("registry", "sessions", "runtime", "sandbox", "resources", "gateway", "fleet")
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""The fleet benchmark: registry scaling behind nginx, gateway workers, trigger scheduler lag."""
