@@ -1,9 +1,12 @@
 """The request context that every stage reads and extends, and the types and constants the layers above share:
-operations, usage, the principal, a route's plan, the MCP method names the stages look at."""
+operations, usage, the principal, a route's plan, the request's trace context, the MCP method names the stages
+look at."""
 
 from __future__ import annotations
 
 import enum
+import re
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +18,9 @@ from gatewayproxy.http.connection import Request
 
 TOOLS_CALL = "tools/call"  # the MCP method whose arguments and result the stages judge
 Snapshot = TypeVar("Snapshot")
+# version-traceid-parentid-flags, lower-case hex; all-zero ids are invalid (W3C Trace Context, section 3.2).
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
 
 
 class Operation(enum.Enum):
@@ -55,6 +61,30 @@ ANONYMOUS = Principal(id="anonymous")
 
 
 @dataclass(frozen=True)
+class TraceContext:
+    """A request's W3C trace context, fixed when the request starts: the caller's trace id (or a new one), the
+    gateway span's own id, the caller's span id as its parent ("" when the request starts a trace) and the flags."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str
+    flags: str
+
+    @property
+    def traceparent(self) -> str:
+        """The `traceparent` a call made within the gateway span carries (the span as the callee's parent)."""
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+
+
+def continue_trace(headers: Mapping[str, str]) -> TraceContext:
+    """A new span continuing the client's `traceparent`, or a new sampled trace when it sent none (or a bad one)."""
+    found = TRACEPARENT.match(headers.get("traceparent", "").strip())
+    if found and found.group(1) != ZERO_TRACE and found.group(2) != ZERO_SPAN:
+        return TraceContext(found.group(1), secrets.token_hex(8), found.group(2), found.group(3))
+    return TraceContext(secrets.token_hex(16), secrets.token_hex(8), "", "01")
+
+
+@dataclass(frozen=True)
 class Attempts:
     """How often one target may be called and which failures are worth another call."""
 
@@ -81,7 +111,8 @@ class RequestContext(Generic[Snapshot]):
     above this module, hence the type parameter); it finishes on it, whatever is swapped in meanwhile. `notes` is
     where a stage keeps what it must find again in `settle` (a reservation, a verdict), keyed by the stage's name;
     `response_headers` are added to the response the client gets. `error_code` is the code of an error the gateway
-    answered itself; `refused_by` names the stage whose `admit` refused the request.
+    answered itself; `refused_by` names the stage whose `admit` refused the request. `trace` is the request's
+    trace context (from its `traceparent`), the ids of the gateway's span whether or not one is exported.
     """
 
     request: Request
@@ -106,6 +137,10 @@ class RequestContext(Generic[Snapshot]):
     error_code: str | None = None
     refused_by: str | None = None
     partial: bool = False  # a stream that ended early: `usage` counts what was received, `status` why it ended
+    trace: TraceContext = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.trace = continue_trace(self.request.headers)
 
     @property
     def model(self) -> str | None:

@@ -1,19 +1,16 @@
 """Headers an upstream call carries besides the adapter's own: client headers named by the destination's
 `forward_headers` (by default the beta-feature and API-version headers of messages-shaped targets), the
-request's `x-request-id`, and a W3C `traceparent` continuing the client's trace with a new span."""
+request's `x-request-id`, and a W3C `traceparent` continuing the client's trace, the gateway's request span as
+the callee's parent."""
 
 from __future__ import annotations
 
-import re
-import secrets
 from collections.abc import Mapping
 
 from gatewayproxy.adapters.base import Adapter, Shape, UpstreamCall
+from gatewayproxy.context import TraceContext, continue_trace
 
 MESSAGES_DEFAULT = ("anthropic-beta", "anthropic-version")
-# version-traceid-parentid-flags, lower-case hex; all-zero ids are invalid (W3C Trace Context, section 3.2).
-TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-ZERO_TRACE, ZERO_SPAN = "0" * 32, "0" * 16
 
 
 def forwarded_names(adapter: Adapter) -> tuple[str, ...]:
@@ -24,21 +21,16 @@ def forwarded_names(adapter: Adapter) -> tuple[str, ...]:
     return tuple(name.lower() for name in configured)
 
 
-def traceparent(client_headers: Mapping[str, str]) -> bytes:
-    """The client's trace with a new span id, or a new sampled trace when the client sent none (or a bad one)."""
-    found = TRACEPARENT.match(client_headers.get("traceparent", "").strip())
-    if found and found.group(1) != ZERO_TRACE and found.group(2) != ZERO_SPAN:
-        trace_id, flags = found.group(1), found.group(3)
-    else:
-        trace_id, flags = secrets.token_hex(16), "01"
-    return f"00-{trace_id}-{secrets.token_hex(8)}-{flags}".encode()
-
-
 def with_request_headers(
-    call: UpstreamCall, adapter: Adapter, client_headers: Mapping[str, str], request_id: str
+    call: UpstreamCall,
+    adapter: Adapter,
+    client_headers: Mapping[str, str],
+    request_id: str,
+    trace: TraceContext | None = None,
 ) -> UpstreamCall:
     """`call` with the forwarded client headers (replacing the adapter's value of the same name), the request id
-    and the trace context."""
+    and the trace context: `trace`'s span (the request's) as the parent, or without it a new span of the client's
+    trace for this call alone."""
     extra: list[tuple[bytes, bytes]] = []
     for name in forwarded_names(adapter):
         value = client_headers.get(name)
@@ -46,7 +38,7 @@ def with_request_headers(
             extra.append((name.encode(), value.encode()))
     if request_id:
         extra.append((b"x-request-id", request_id.encode()))
-    extra.append((b"traceparent", traceparent(client_headers)))
+    extra.append((b"traceparent", (trace or continue_trace(client_headers)).traceparent.encode()))
     replaced = {name for name, _ in extra}
     headers = [(name, value) for name, value in call.headers if name not in replaced] + extra
     return UpstreamCall(call.origin, call.method, call.path, headers, call.body)

@@ -320,7 +320,8 @@ class Dispatch:
         try:
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
                 call = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
-                call = with_request_headers(call, adapter, context.request.headers, context.request.request_id)
+                request = context.request
+                call = with_request_headers(call, adapter, request.headers, request.request_id, context.trace)
                 upstream = await self.pool.request(call.origin, call.method, call.path, call.headers, call.body)
                 return await self._answer(adapter, upstream)
         except TimeoutError:

@@ -75,7 +75,7 @@ class OtlpStage(Stage):
         ended = time.time_ns()
         started = ended - int((time.perf_counter() - context.started) * 1e9)
         failed = context.status >= 500 or context.status == 0
-        self.tracer.record(started, ended, span_attributes(request_summary(context)), failed)
+        self.tracer.record(context.trace, started, ended, span_attributes(request_summary(context)), failed)
 
 
 class TapeStage(Stage):

@@ -1,5 +1,6 @@
-"""Trace exporters end to end: OTLP/HTTP spans received and decoded by a local collector, and the signed tape
-checked by `manage.py verifytape` (intact, tampered, deleted and reordered lines)."""
+"""Trace exporters end to end: OTLP/HTTP spans received and decoded by a local collector (the gateway's span
+joining the caller's W3C trace), and the signed tape checked by `manage.py verifytape` (intact, tampered, deleted
+and reordered lines)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from django.core.management import CommandError, call_command
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from gatewayproxy.config.loader import ConfigError, validate_document
+from gatewayproxy.context import continue_trace
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool
@@ -28,15 +29,9 @@ from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.policy_support import chat, gateway_document
 from tests.support.live import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 class Collector:
@@ -105,7 +100,8 @@ def test_otlp_exports_a_span_per_request(collector: Collector, primary: FakeProv
     gateway = GatewayThread(gateway_document(primary, plugins={"trace_exporters": [exporter]})).start()
     try:
         assert chat(gateway, "m", "client-secret-key").status_code == 200
-        poll(lambda: len(collector.spans()) == 1)  # exported by the batch worker while the gateway serves
+        # exported by the batch worker while the gateway serves
+        wait_until(lambda: len(collector.spans()) == 1, what="the first span exported")
         assert chat(gateway, "m").status_code == 200
     finally:
         gateway.stop()
@@ -121,6 +117,77 @@ def test_otlp_exports_a_span_per_request(collector: Collector, primary: FakeProv
     assert any(item.key == "service.name" and item.value.string_value == "gw-test" for item in resource.attributes)
     exported = b"".join(request.SerializeToString() for request in collector.requests)
     assert b"client-secret-key" not in exported and os.environ["PATH"].encode() not in exported
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+UNSAMPLED_TRACE = "5bf92f3577b34da6a3ce929d0e0e4737"
+
+
+def sent_traceparent(provider: FakeProvider, request_id: str) -> list[str]:
+    """The `traceparent` of the provider's request carrying `request_id`, split into its four fields."""
+    [received] = [item for item in provider.received if item.headers.get("x-request-id") == request_id]
+    return received.headers["traceparent"].split("-")
+
+
+def test_the_gateway_span_continues_the_callers_trace(collector: Collector, primary: FakeProvider) -> None:
+    primary.reset()
+    exporter = {"name": "otel", "kind": "otlp", "endpoint": collector.url, "batch_delay_ms": 50}
+    gateway = GatewayThread(gateway_document(primary, plugins={"trace_exporters": [exporter]})).start()
+    try:
+        traced = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
+        untraced = chat(gateway, "m")
+        malformed = chat(gateway, "m", traceparent=f"00-{'0' * 32}-{CALLER_SPAN}-01")
+        unsampled = chat(gateway, "m", traceparent=f"00-{UNSAMPLED_TRACE}-{CALLER_SPAN}-00")
+    finally:
+        gateway.stop()  # flushes the batched spans
+    assert all(response.status_code == 200 for response in (traced, untraced, malformed, unsampled))
+    spans: dict[str, Any] = {attributes(span)["gateway.request_id"]: span for span in collector.spans()}
+
+    span = spans[traced.headers["x-request-id"]]
+    assert span.name == "gateway.request"
+    assert (span.trace_id.hex(), span.parent_span_id.hex()) == (TRACE_ID, CALLER_SPAN)
+    assert sent_traceparent(primary, traced.headers["x-request-id"]) == ["00", TRACE_ID, span.span_id.hex(), "01"]
+
+    for response in (untraced, malformed):  # a new trace, the gateway's span its root
+        span = spans[response.headers["x-request-id"]]
+        _, trace_id, parent, flags = sent_traceparent(primary, response.headers["x-request-id"])
+        assert span.parent_span_id == b"" and trace_id not in (TRACE_ID, "0" * 32)
+        assert (span.trace_id.hex(), span.span_id.hex(), flags) == (trace_id, parent, "01")
+
+    # The caller did not sample its trace: no span is exported, and the provider gets the trace unsampled.
+    assert unsampled.headers["x-request-id"] not in spans and len(spans) == 3
+    _, trace_id, parent, flags = sent_traceparent(primary, unsampled.headers["x-request-id"])
+    assert (trace_id, flags) == (UNSAMPLED_TRACE, "00") and parent != CALLER_SPAN
+
+
+def test_without_tracing_the_provider_still_gets_the_callers_trace(primary: FakeProvider) -> None:
+    primary.reset()
+    gateway = GatewayThread(gateway_document(primary)).start()
+    try:
+        traced = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
+        again = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
+    finally:
+        gateway.stop()
+    first = sent_traceparent(primary, traced.headers["x-request-id"])
+    second = sent_traceparent(primary, again.headers["x-request-id"])
+    assert first[:2] == second[:2] == ["00", TRACE_ID] and first[3] == second[3] == "01"
+    assert len({first[2], second[2], CALLER_SPAN}) == 3  # a new span id per request
+
+
+def test_a_request_fixes_its_trace_context_from_the_traceparent() -> None:
+    continued = continue_trace({"traceparent": f" 00-{TRACE_ID}-{CALLER_SPAN}-01 "})
+    assert (continued.trace_id, continued.parent_id, continued.flags) == (TRACE_ID, CALLER_SPAN, "01")
+    assert continued.traceparent == f"00-{TRACE_ID}-{continued.span_id}-01" and continued.span_id != CALLER_SPAN
+    for bad in (
+        "",
+        "garbage",
+        f"00-{TRACE_ID}-{'0' * 16}-01",
+        f"00-{TRACE_ID.upper()}-{CALLER_SPAN}-01",
+    ):
+        fresh = continue_trace({"traceparent": bad} if bad else {})
+        assert fresh.parent_id == "" and fresh.flags == "01" and fresh.trace_id != TRACE_ID
+        assert len(fresh.trace_id) == 32 and len(fresh.span_id) == 16
 
 
 def write_signer(directory: Path) -> tuple[Path, Path]:
