@@ -55,8 +55,8 @@ class FanOutDispatch(Dispatch):
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
                 call = await adapter.build(upstream_operation(context, adapter), body, False, context.scope)
                 headers, request_id = context.request.headers, context.request.request_id
-                # Each call its own span of the client's trace; one request id for all of them.
-                calls = [with_request_headers(call, adapter, headers, request_id) for _ in range(n)]
+                # Every call a child of the gateway's span; one request id for all of them.
+                calls = [with_request_headers(call, adapter, headers, request_id, context.trace) for _ in range(n)]
                 return await self._fan_out(adapter, calls)
         except TimeoutError:
             return Failure("timeout", f"destination {adapter.name!r} did not answer in time")

@@ -91,7 +91,7 @@ class ResponsesDispatch(Dispatch):
         try:
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
                 call = await adapter.build_response_call(request.method, response_id, request.query, context.scope)
-                call = with_request_headers(call, adapter, request.headers, request.request_id)
+                call = with_request_headers(call, adapter, request.headers, request.request_id, context.trace)
                 upstream = await self.pool.request(call.origin, call.method, call.path, call.headers, call.body)
                 outcome = await self._answer(adapter, upstream)
                 context.usage = None  # a read or a delete uses no tokens (the response's usage was its create's)
