@@ -1,4 +1,5 @@
-"""Validation of agent definitions (the fields of the reference client's agent type) and their output."""
+"""Validation of agent definitions (the fields of the reference client's agent type), and the agent object
+(described and rendered by `AgentSerializer`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from registry.agents.models import Agent, AgentVersion
 from registry.core.fields import (
     JsonSchemaObjectField,
     MetadataField,
@@ -18,6 +20,7 @@ from registry.core.fields import (
     TaggedUnionField,
     validate_http_url,
 )
+from registry.core.serialization import ResponseSerializer, timestamp
 
 BUILT_IN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
@@ -216,8 +219,8 @@ class AgentWriteSerializer(StrictSerializer):
         return value
 
 
-class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The agent object of the reference client (documentation of the response; rendering is `render_agent`)."""
+class AgentSerializer(ResponseSerializer):
+    """The agent object of the reference client, at its current version or at `version`."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["agent"])
@@ -235,3 +238,16 @@ class AgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
+
+    @classmethod
+    def render(cls, agent: Agent, version: AgentVersion | None = None) -> dict[str, Any]:
+        spec = version.spec if version is not None else agent.spec
+        return {
+            "id": agent.id,
+            "type": "agent",
+            "version": version.version if version is not None else agent.version,
+            **spec,
+            "created_at": timestamp(agent.created_at),
+            "updated_at": timestamp(version.created_at if version is not None else agent.updated_at),
+            "archived_at": timestamp(agent.archived_at),
+        }

@@ -26,7 +26,6 @@ VERSION_PARAMETER = OpenApiParameter("version", OpenApiTypes.INT, description="R
 class AgentViewSet(WriteMixin, WorkspaceViewSet):
     model = Agent
     resource_type = "agent"
-    render_object = staticmethod(selectors.render_agent)
     serializer_class = AgentSerializer
     filterset_class = AgentFilter
 
@@ -46,7 +45,7 @@ class AgentViewSet(WriteMixin, WorkspaceViewSet):
         if not raw_version.isdigit() or int(raw_version) < 1:
             raise invalid_request("version: must be a positive integer.")
         version = selectors.agent_version_get(agent=agent, version=int(raw_version))
-        return Response(selectors.render_agent(agent, version))
+        return Response(AgentSerializer.render(agent, version))
 
 
 class AgentVersionViewSet(WorkspaceViewSet):
@@ -65,4 +64,4 @@ class AgentVersionViewSet(WorkspaceViewSet):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agent = self.get_object()
         rows, links = self.pagination.paginate(selectors.agent_versions(agent=agent), request)
-        return KeysetPagination.response([selectors.render_agent(agent, version) for version in rows], links)
+        return KeysetPagination.response([AgentSerializer.render(agent, version) for version in rows], links)

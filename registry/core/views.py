@@ -4,7 +4,7 @@ idempotency keys and error rendering are written here once."""
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from django.db import models
@@ -17,6 +17,7 @@ from registry.core import idempotency
 from registry.core.authentication import Principal
 from registry.core.errors import invalid_request, not_found
 from registry.core.pagination import KeysetPagination
+from registry.core.serialization import ResponseSerializer
 from registry.core.services import resource_archive
 
 
@@ -32,13 +33,14 @@ def parse_bool(raw: str | None, name: str) -> bool:
 class WorkspaceViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     """Base for every workspace-owned resource.
 
-    Subclasses set `model`, `resource_type` (for example "agent") and the serializers, and
-    implement `create`, `partial_update` through their app's services.
+    Subclasses set `model`, `resource_type` (for example "agent"), `serializer_class` (the response
+    serializer, which describes and renders the object) and the write serializers, and implement
+    `create`, `partial_update` through their app's services.
     """
 
     model: ClassVar[type[models.Model]]
     resource_type: ClassVar[str]
-    render_object: ClassVar[Callable[..., Any]]
+    serializer_class: type[ResponseSerializer]
     lookup_field = "id"
     lookup_url_kwarg = "id"
     pagination = KeysetPagination()
@@ -97,8 +99,8 @@ class WorkspaceViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
         return [self.render(row) for row in rows]
 
     def render(self, instance: Any) -> Any:
-        """The API object of `instance`: the app's selector named by `render_object`."""
-        return type(self).render_object(instance)
+        """The API object of `instance`, rendered by the viewset's response serializer."""
+        return self.serializer_class.render(instance)
 
     # -- standard actions ------------------------------------------------------------------
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -1,27 +1,9 @@
-"""Reads for environments: the rendered environment object, and the environment a session may use."""
+"""Reads for environments: the environment a session may use."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from registry.core.errors import invalid_request
-from registry.core.serialization import timestamp
 from registry.environments.models import Environment
-
-
-def render_environment(environment: Environment) -> dict[str, Any]:
-    return {
-        "id": environment.id,
-        "type": "environment",
-        "name": environment.name,
-        "description": environment.description,
-        "metadata": environment.metadata,
-        "config": environment.config,
-        "scope": environment.scope,
-        "created_at": timestamp(environment.created_at),
-        "updated_at": timestamp(environment.updated_at),
-        "archived_at": timestamp(environment.archived_at),
-    }
 
 
 def usable_environment(*, workspace_id: str, environment_id: str, field: str = "environment_id") -> Environment:

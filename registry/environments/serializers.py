@@ -1,8 +1,10 @@
-"""Validation of environment bodies and the environment object."""
+"""Validation of environment bodies, and the environment object (described and rendered by
+`EnvironmentSerializer`)."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
@@ -14,6 +16,8 @@ from registry.core.fields import (
     StrictSerializer,
     TaggedUnionField,
 )
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.environments.models import Environment
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 SCOPES = ("organization",)
@@ -90,8 +94,8 @@ class EnvironmentWriteSerializer(StrictSerializer):
             self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
 
 
-class EnvironmentSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The environment object (documentation of the response)."""
+class EnvironmentSerializer(ResponseSerializer):
+    """The environment object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["environment"])
@@ -103,3 +107,18 @@ class EnvironmentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
+
+    @classmethod
+    def render(cls, environment: Environment) -> dict[str, Any]:
+        return {
+            "id": environment.id,
+            "type": "environment",
+            "name": environment.name,
+            "description": environment.description,
+            "metadata": environment.metadata,
+            "config": environment.config,
+            "scope": environment.scope,
+            "created_at": timestamp(environment.created_at),
+            "updated_at": timestamp(environment.updated_at),
+            "archived_at": timestamp(environment.archived_at),
+        }

@@ -8,7 +8,6 @@ from registry.core.openapi import resource_schema
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.environments import services
 from registry.environments.models import Environment
-from registry.environments.selectors import render_environment
 from registry.environments.serializers import (
     EnvironmentSerializer,
     EnvironmentWriteSerializer,
@@ -19,7 +18,6 @@ from registry.environments.serializers import (
 class EnvironmentViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Environment
     resource_type = "environment"
-    render_object = staticmethod(render_environment)
     serializer_class = EnvironmentSerializer
 
     write_serializer = EnvironmentWriteSerializer

@@ -1,49 +1,15 @@
-"""Reads for the extension groups: guardrails that apply to a workspace, effective prices, rendering."""
+"""Reads for the extension groups: guardrails that apply to a workspace (and their objects, for other apps),
+effective prices."""
 
 from __future__ import annotations
 
-from decimal import Decimal
+from collections.abc import Iterable
 from typing import Any
 
 from django.utils import timezone
 
-from registry.core.serialization import timestamp
 from registry.extensions.models import Guardrail, ModelPrice
-
-
-def render_guardrail(guardrail: Guardrail) -> dict[str, Any]:
-    return {
-        "id": str(guardrail.pk),
-        "type": "guardrail",
-        "name": guardrail.name,
-        "guardrail_type": guardrail.type,
-        "config": guardrail.config,
-        "phases": guardrail.phases,
-        "action": guardrail.action,
-        "workspace_ids": guardrail.workspace_ids,
-        "enabled": guardrail.enabled,
-        "created_at": timestamp(guardrail.created_at),
-        "updated_at": timestamp(guardrail.updated_at),
-    }
-
-
-def _number(value: Decimal | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def render_price(price: ModelPrice) -> dict[str, Any]:
-    return {
-        "id": str(price.pk),
-        "type": "model_price",
-        "provider": price.provider,
-        "model": price.model,
-        "input_per_1m": _number(price.input_per_1m),
-        "output_per_1m": _number(price.output_per_1m),
-        "cache_read_per_1m": _number(price.cache_read_per_1m),
-        "cache_write_per_1m": _number(price.cache_write_per_1m),
-        "effective_from": timestamp(price.effective_from),
-        "created_at": timestamp(price.created_at),
-    }
+from registry.extensions.serializers import GuardrailSerializer
 
 
 def guardrails_for_workspace(workspace_id: str) -> list[Guardrail]:
@@ -52,6 +18,11 @@ def guardrails_for_workspace(workspace_id: str) -> list[Guardrail]:
     return [
         guardrail for guardrail in candidates if not guardrail.workspace_ids or workspace_id in guardrail.workspace_ids
     ]
+
+
+def guardrail_objects(guardrails: Iterable[Guardrail]) -> list[dict[str, Any]]:
+    """The guardrails' API objects, for apps that carry them (the internal guardrail bundle)."""
+    return [GuardrailSerializer.render(guardrail) for guardrail in guardrails]
 
 
 def visible_guardrails(workspace_id: str) -> list[Guardrail]:

@@ -1,4 +1,5 @@
-"""Validation of guardrail and model-price writes."""
+"""Validation of guardrail and model-price writes, and the guardrail and model price objects (described and
+rendered by `GuardrailSerializer`, `ModelPriceSerializer`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import StrictBooleanField, StrictCharField, StrictSerializer
+from registry.core.serialization import ResponseSerializer, timestamp
 from registry.extensions.catalog import GUARDRAIL_TYPES, PHASES
+from registry.extensions.models import Guardrail, ModelPrice
+
+ACTIONS = ("deny", "alert")
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -43,7 +48,7 @@ class GuardrailWriteSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=sorted(GUARDRAIL_TYPES))
     config = serializers.DictField()
     phases = serializers.ListField(child=serializers.ChoiceField(choices=PHASES), required=False, min_length=1)
-    action = serializers.ChoiceField(choices=["deny", "alert"], required=False)
+    action = serializers.ChoiceField(choices=ACTIONS, required=False)
     workspace_ids = serializers.ListField(child=serializers.RegexField(r"^wsp_[A-Za-z0-9_-]+$"), required=False)
     enabled = StrictBooleanField(required=False)
 
@@ -70,3 +75,69 @@ class ModelPriceWriteSerializer(StrictSerializer):
         max_digits=12, decimal_places=6, min_value=Decimal(0), required=False, allow_null=True
     )
     effective_from = serializers.DateTimeField(required=False)
+
+
+class GuardrailSerializer(ResponseSerializer):
+    """The guardrail object, as the API answers it and as a session's guardrail bundle carries it."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["guardrail"])
+    name = serializers.CharField()
+    guardrail_type = serializers.ChoiceField(choices=sorted(GUARDRAIL_TYPES))
+    config = serializers.DictField()
+    phases = serializers.ListField(child=serializers.ChoiceField(choices=PHASES))
+    action = serializers.ChoiceField(choices=ACTIONS)
+    workspace_ids = serializers.ListField(child=serializers.CharField())
+    enabled = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    @classmethod
+    def render(cls, guardrail: Guardrail) -> dict[str, Any]:
+        return {
+            "id": str(guardrail.pk),
+            "type": "guardrail",
+            "name": guardrail.name,
+            "guardrail_type": guardrail.type,
+            "config": guardrail.config,
+            "phases": guardrail.phases,
+            "action": guardrail.action,
+            "workspace_ids": guardrail.workspace_ids,
+            "enabled": guardrail.enabled,
+            "created_at": timestamp(guardrail.created_at),
+            "updated_at": timestamp(guardrail.updated_at),
+        }
+
+
+def _number(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+class ModelPriceSerializer(ResponseSerializer):
+    """A dated model price (US dollars per million tokens)."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["model_price"])
+    provider = serializers.CharField()
+    model = serializers.CharField()
+    input_per_1m = serializers.FloatField()
+    output_per_1m = serializers.FloatField()
+    cache_read_per_1m = serializers.FloatField(allow_null=True)
+    cache_write_per_1m = serializers.FloatField(allow_null=True)
+    effective_from = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+
+    @classmethod
+    def render(cls, price: ModelPrice) -> dict[str, Any]:
+        return {
+            "id": str(price.pk),
+            "type": "model_price",
+            "provider": price.provider,
+            "model": price.model,
+            "input_per_1m": _number(price.input_per_1m),
+            "output_per_1m": _number(price.output_per_1m),
+            "cache_read_per_1m": _number(price.cache_read_per_1m),
+            "cache_write_per_1m": _number(price.cache_write_per_1m),
+            "effective_from": timestamp(price.effective_from),
+            "created_at": timestamp(price.created_at),
+        }

@@ -12,12 +12,18 @@ from rest_framework.response import Response
 
 from registry.core.authentication import IsOrganizationAdmin, IsWorkspaceMember
 from registry.core.errors import not_found
+from registry.core.openapi import list_response
 from registry.core.views import WorkspaceViewSet
 from registry.discovery.selectors import served_groups
 from registry.extensions import selectors, services
 from registry.extensions.catalog import GUARDRAIL_TYPES, HARNESSES
 from registry.extensions.models import Guardrail, ModelPrice
-from registry.extensions.serializers import GuardrailWriteSerializer, ModelPriceWriteSerializer
+from registry.extensions.serializers import (
+    GuardrailSerializer,
+    GuardrailWriteSerializer,
+    ModelPriceSerializer,
+    ModelPriceWriteSerializer,
+)
 
 WRITES = ("create", "partial_update", "destroy")
 
@@ -51,6 +57,7 @@ class GuardrailViewSet(ExtensionViewSet):
     group_short = "policy"
     model = Guardrail
     resource_type = "guardrail"
+    serializer_class = GuardrailSerializer
 
     def guardrail(self) -> Guardrail:
         found = [
@@ -62,30 +69,28 @@ class GuardrailViewSet(ExtensionViewSet):
             raise not_found(f"Guardrail {self.kwargs['id']} not found.")
         return found[0]
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses=list_response("GuardrailList", GuardrailSerializer))
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return self.listing(
-            [selectors.render_guardrail(item) for item in selectors.visible_guardrails(self.principal.workspace_id)]
-        )
+        return self.listing(self.render_many(selectors.visible_guardrails(self.principal.workspace_id)))
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses=GuardrailSerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(selectors.render_guardrail(self.guardrail()))
+        return Response(self.render(self.guardrail()))
 
-    @extend_schema(request=GuardrailWriteSerializer, responses={200: dict})
+    @extend_schema(request=GuardrailWriteSerializer, responses=GuardrailSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = GuardrailWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         guardrail = services.guardrail_create(values=dict(body.validated_data))
-        return Response(selectors.render_guardrail(guardrail))
+        return Response(self.render(guardrail))
 
-    @extend_schema(request=GuardrailWriteSerializer, responses={200: dict})
+    @extend_schema(request=GuardrailWriteSerializer, responses=GuardrailSerializer)
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         guardrail = self.guardrail()
         body = GuardrailWriteSerializer(guardrail, data=request.data, partial=True)
         body.is_valid(raise_exception=True)
         updated = services.guardrail_update(guardrail=guardrail, values=dict(body.validated_data))
-        return Response(selectors.render_guardrail(updated))
+        return Response(self.render(updated))
 
     @extend_schema(responses={200: dict})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -123,20 +128,21 @@ class ModelPriceViewSet(ExtensionViewSet):
     group_short = "pricing"
     model = ModelPrice
     resource_type = "model_price"
+    serializer_class = ModelPriceSerializer
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses=list_response("ModelPriceList", ModelPriceSerializer))
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         prices = selectors.effective_prices(
             provider=request.query_params.get("provider"), model=request.query_params.get("model")
         )
-        return self.listing([selectors.render_price(price) for price in prices])
+        return self.listing(self.render_many(prices))
 
-    @extend_schema(request=ModelPriceWriteSerializer, responses={200: dict})
+    @extend_schema(request=ModelPriceWriteSerializer, responses=ModelPriceSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = ModelPriceWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         price = services.model_price_create(values=dict(body.validated_data))
-        return Response(selectors.render_price(price))
+        return Response(self.render(price))
 
     @extend_schema(responses={200: dict})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -1,4 +1,4 @@
-"""Reads for files: the rendered metadata object, lookups by id, and the reference check of sessions."""
+"""Reads for files: lookups by id, the content, and the reference check of sessions."""
 
 from __future__ import annotations
 
@@ -8,26 +8,10 @@ from typing import IO, Any
 from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request, not_found
-from registry.core.serialization import timestamp
 from registry.core.storage import upload_storage
 from registry.files.models import File
 
 MAX_LISTED_IDS = 100
-
-
-def render_file(file: File) -> dict[str, Any]:
-    return {
-        "id": file.id,
-        "type": "file",
-        "filename": file.filename,
-        "mime_type": file.mime_type,
-        "size_bytes": file.size_bytes,
-        "created_at": timestamp(file.created_at),
-        "downloadable": not file.expired,
-        "expires_at": timestamp(file.expires_at),
-        # Only uploads exist so far; files a session creates would carry {"type": "session", "id": ...}.
-        "scope": None,
-    }
 
 
 def files_with_ids(queryset: QuerySet[File], ids: Iterable[str]) -> list[File]:

@@ -1,10 +1,15 @@
-"""Validation of the upload form's fields, and the documented file objects."""
+"""Validation of the upload form's fields, the file object (described and rendered by `FileSerializer`) and
+the documented upload and delete shapes."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rest_framework import serializers
 
 from registry.core.fields import StrictSerializer
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.files.models import File
 
 EXPIRES_MIN_SECONDS = 3600
 EXPIRES_MAX_SECONDS = 7_776_000
@@ -34,8 +39,8 @@ class FileScopeSerializer(serializers.Serializer):  # type: ignore[type-arg]
     type = serializers.ChoiceField(choices=["session"])
 
 
-class FileSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The file metadata object (documentation of the response)."""
+class FileSerializer(ResponseSerializer):
+    """The file metadata object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["file"])
@@ -46,6 +51,21 @@ class FileSerializer(serializers.Serializer):  # type: ignore[type-arg]
     downloadable = serializers.BooleanField()
     expires_at = serializers.DateTimeField(allow_null=True)
     scope = FileScopeSerializer(allow_null=True)
+
+    @classmethod
+    def render(cls, file: File) -> dict[str, Any]:
+        return {
+            "id": file.id,
+            "type": "file",
+            "filename": file.filename,
+            "mime_type": file.mime_type,
+            "size_bytes": file.size_bytes,
+            "created_at": timestamp(file.created_at),
+            "downloadable": not file.expired,
+            "expires_at": timestamp(file.expires_at),
+            # Only uploads exist so far; files a session creates would carry {"type": "session", "id": ...}.
+            "scope": None,
+        }
 
 
 class FileDeletedSerializer(serializers.Serializer):  # type: ignore[type-arg]

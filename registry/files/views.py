@@ -47,7 +47,6 @@ class FileViewSet(DeleteMixin, WorkspaceViewSet):
 
     model = File
     resource_type = "file"
-    render_object = staticmethod(selectors.render_file)
     serializer_class = FileSerializer
     parser_classes = [MultiPartParser]
     content_negotiation_class = AnyAcceptNegotiation

@@ -1,4 +1,5 @@
-"""Validation of git credential bodies and the documented git credential object."""
+"""Validation of git credential bodies, and the git credential object (described and rendered by
+`GitCredentialSerializer`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictSerializer
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.gitcreds.models import GitCredential
 
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = rf"^(?=.{{1,253}}$){LABEL}(?:\.{LABEL})*(?::\d{{1,5}})?$"
@@ -30,8 +33,8 @@ class GitCredentialWriteSerializer(StrictSerializer):
         return value
 
 
-class GitCredentialSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The git credential object; the token is never part of it (documentation of the response)."""
+class GitCredentialSerializer(ResponseSerializer):
+    """The git credential object; the token is never part of it."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["git_credential"])
@@ -42,3 +45,17 @@ class GitCredentialSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
+
+    @classmethod
+    def render(cls, credential: GitCredential) -> dict[str, Any]:
+        return {
+            "id": credential.id,
+            "type": "git_credential",
+            "display_name": credential.display_name,
+            "host": credential.host,
+            "username": credential.username,
+            "metadata": credential.metadata,
+            "created_at": timestamp(credential.created_at),
+            "updated_at": timestamp(credential.updated_at),
+            "archived_at": timestamp(credential.archived_at),
+        }

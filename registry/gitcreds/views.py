@@ -6,7 +6,7 @@ from typing import Any
 
 from registry.core.openapi import resource_schema
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
-from registry.gitcreds import selectors, services
+from registry.gitcreds import services
 from registry.gitcreds.models import GitCredential
 from registry.gitcreds.serializers import GitCredentialSerializer, GitCredentialWriteSerializer
 
@@ -15,7 +15,6 @@ from registry.gitcreds.serializers import GitCredentialSerializer, GitCredential
 class GitCredentialViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = GitCredential
     resource_type = "git_credential"
-    render_object = staticmethod(selectors.render_git_credential)
     serializer_class = GitCredentialSerializer
 
     write_serializer = GitCredentialWriteSerializer

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from registry.core.secrets import unseal
 from registry.core.serialization import timestamp
-from registry.extensions.selectors import guardrails_for_workspace, render_guardrail
+from registry.extensions.selectors import guardrail_objects, guardrails_for_workspace
 from registry.internal.models import SigningKey
 from registry.sessions.models import Session
 
@@ -31,7 +31,7 @@ def guardrail_bundle(session: Session) -> dict[str, Any]:
         "version": int(version.timestamp() * 1000),
         "issued_at": timestamp(now),
         "expires_at": timestamp(now + timedelta(seconds=settings.REGISTRY_BUNDLE_TTL_SECONDS)),
-        "guardrails": [render_guardrail(guardrail) for guardrail in guardrails],
+        "guardrails": guardrail_objects(guardrails),
         "state": state.state if state else {},
     }
 

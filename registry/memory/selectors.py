@@ -1,60 +1,12 @@
-"""Reads for memory stores: rendering, and the memory list with `path_prefix`/`depth` grouping."""
+"""Reads for memory stores: the `view` parameter, lookups, and the memory list with `path_prefix`/`depth`
+grouping."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request, not_found
-from registry.core.serialization import timestamp
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
-
-
-def render_store(store: MemoryStore) -> dict[str, Any]:
-    return {
-        "id": store.id,
-        "type": "memory_store",
-        "name": store.name,
-        "description": store.description,
-        "metadata": store.metadata,
-        "created_at": timestamp(store.created_at),
-        "updated_at": timestamp(store.updated_at),
-        "archived_at": timestamp(store.archived_at),
-    }
-
-
-def render_memory(memory: Memory, *, full: bool) -> dict[str, Any]:
-    return {
-        "id": memory.id,
-        "type": "memory",
-        "memory_store_id": memory.store_id,
-        "memory_version_id": memory.version_id,
-        "path": memory.path,
-        "content_sha256": memory.content_sha256,
-        "content_size_bytes": memory.content_size_bytes,
-        "content": memory.content if full else None,
-        "created_at": timestamp(memory.created_at),
-        "updated_at": timestamp(memory.updated_at),
-    }
-
-
-def render_version(version: MemoryVersion, *, full: bool) -> dict[str, Any]:
-    return {
-        "id": version.id,
-        "type": "memory_version",
-        "memory_id": version.memory_id,
-        "memory_store_id": version.store_id,
-        "operation": version.operation,
-        "path": version.path,
-        "content": version.content if full else None,
-        "content_sha256": version.content_sha256,
-        "content_size_bytes": version.content_size_bytes,
-        "created_by": version.created_by,
-        "created_at": timestamp(version.created_at),
-        "redacted_at": timestamp(version.redacted_at),
-        "redacted_by": version.redacted_by,
-    }
 
 
 def parse_view(raw: str | None, default: str) -> bool:

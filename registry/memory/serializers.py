@@ -1,4 +1,5 @@
-"""Validation of memory-store and memory bodies: path rules, content limits, preconditions."""
+"""Validation of memory-store and memory bodies (path rules, content limits, preconditions), and the store,
+memory and memory version objects (described and rendered by their response serializers)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictSerializer
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.memory.models import Memory, MemoryStore, MemoryVersion
 
 MAX_PATH_BYTES = 1024
 MAX_SEGMENTS = 20
@@ -82,8 +85,8 @@ class MemoryUpdateSerializer(StrictSerializer):
     view = serializers.ChoiceField(choices=["basic", "full"], required=False)
 
 
-class MemoryStoreSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The memory store object (documentation of the response)."""
+class MemoryStoreSerializer(ResponseSerializer):
+    """The memory store object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["memory_store"])
@@ -94,9 +97,22 @@ class MemoryStoreSerializer(serializers.Serializer):  # type: ignore[type-arg]
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
 
+    @classmethod
+    def render(cls, store: MemoryStore) -> dict[str, Any]:
+        return {
+            "id": store.id,
+            "type": "memory_store",
+            "name": store.name,
+            "description": store.description,
+            "metadata": store.metadata,
+            "created_at": timestamp(store.created_at),
+            "updated_at": timestamp(store.updated_at),
+            "archived_at": timestamp(store.archived_at),
+        }
 
-class MemorySerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The memory object (documentation of the response)."""
+
+class MemorySerializer(ResponseSerializer):
+    """The memory object; its `content` only in the full view."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["memory"])
@@ -109,9 +125,24 @@ class MemorySerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
+    @classmethod
+    def render(cls, memory: Memory, *, full: bool) -> dict[str, Any]:
+        return {
+            "id": memory.id,
+            "type": "memory",
+            "memory_store_id": memory.store_id,
+            "memory_version_id": memory.version_id,
+            "path": memory.path,
+            "content_sha256": memory.content_sha256,
+            "content_size_bytes": memory.content_size_bytes,
+            "content": memory.content if full else None,
+            "created_at": timestamp(memory.created_at),
+            "updated_at": timestamp(memory.updated_at),
+        }
 
-class MemoryVersionSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The memory version object (documentation of the response)."""
+
+class MemoryVersionSerializer(ResponseSerializer):
+    """The memory version object; its `content` only in the full view."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["memory_version"])
@@ -126,3 +157,21 @@ class MemoryVersionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     redacted_at = serializers.DateTimeField(allow_null=True)
     redacted_by = serializers.DictField(allow_null=True)
+
+    @classmethod
+    def render(cls, version: MemoryVersion, *, full: bool) -> dict[str, Any]:
+        return {
+            "id": version.id,
+            "type": "memory_version",
+            "memory_id": version.memory_id,
+            "memory_store_id": version.store_id,
+            "operation": version.operation,
+            "path": version.path,
+            "content": version.content if full else None,
+            "content_sha256": version.content_sha256,
+            "content_size_bytes": version.content_size_bytes,
+            "created_by": version.created_by,
+            "created_at": timestamp(version.created_at),
+            "redacted_at": timestamp(version.redacted_at),
+            "redacted_by": version.redacted_by,
+        }

@@ -35,7 +35,6 @@ FULL_VIEW_PAGE_LIMIT = 20
 class MemoryStoreViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = MemoryStore
     resource_type = "memory_store"
-    render_object = staticmethod(selectors.render_store)
     serializer_class = MemoryStoreSerializer
     filterset_class = MemoryStoreFilter
 
@@ -79,12 +78,12 @@ class MemoryViewSet(StoreContentsViewSet):
         memory = services.memory_create(
             store=self.store(), path=values["path"], content=values["content"] or "", actor=self.actor
         )
-        return Response(selectors.render_memory(memory, full=values.get("view") == "full"))
+        return Response(MemorySerializer.render(memory, full=values.get("view") == "full"))
 
     @extend_schema(parameters=[VIEW], responses=MemorySerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         full = selectors.parse_view(request.query_params.get("view"), "full")
-        return Response(selectors.render_memory(self.memory(), full=full))
+        return Response(MemorySerializer.render(self.memory(), full=full))
 
     @extend_schema(request=MemoryUpdateSerializer, responses=MemorySerializer)
     def partial_update(self, request: Request, id: str, memory_id: str) -> Response:
@@ -92,7 +91,7 @@ class MemoryViewSet(StoreContentsViewSet):
         body = MemoryUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         updated = services.memory_update(memory=memory, values=dict(body.validated_data), actor=self.actor)
-        return Response(selectors.render_memory(updated, full=body.validated_data.get("view") == "full"))
+        return Response(MemorySerializer.render(updated, full=body.validated_data.get("view") == "full"))
 
     @extend_schema(
         parameters=[OpenApiParameter("expected_content_sha256", OpenApiTypes.STR)], responses=deleted_response("memory")
@@ -129,7 +128,7 @@ class MemoryViewSet(StoreContentsViewSet):
         page = items[:limit]
         rows = selectors.memories_by_id([memory_id for _, memory_id in page if memory_id])
         data = [
-            selectors.render_memory(rows[memory_id], full=full) if memory_id else {"type": "memory_prefix", "path": key}
+            MemorySerializer.render(rows[memory_id], full=full) if memory_id else {"type": "memory_prefix", "path": key}
             for key, memory_id in page
         ]
         next_page = encode_cursor_token(page[-1][0]) if len(items) > limit else None
@@ -176,14 +175,14 @@ class MemoryVersionViewSet(StoreContentsViewSet):
         if not versions.is_valid():
             raise serializers.ValidationError(versions.errors)
         rows, links = self.pagination.paginate(versions.qs, request)
-        return KeysetPagination.response([selectors.render_version(row, full=full) for row in rows], links)
+        return KeysetPagination.response([MemoryVersionSerializer.render(row, full=full) for row in rows], links)
 
     @extend_schema(parameters=[VIEW], responses=MemoryVersionSerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         full = selectors.parse_view(request.query_params.get("view"), "full")
-        return Response(selectors.render_version(self.version(), full=full))
+        return Response(MemoryVersionSerializer.render(self.version(), full=full))
 
     @extend_schema(request=None, responses=MemoryVersionSerializer)
     def redact(self, request: Request, id: str, version_id: str) -> Response:
         version = services.memory_version_redact(version=self.version(), actor=self.actor)
-        return Response(selectors.render_version(version, full=True))
+        return Response(MemoryVersionSerializer.render(version, full=True))

@@ -1,14 +1,20 @@
-"""Validation of session bodies, and the documented shapes of sessions and events."""
+"""Validation of session bodies, and the session and event objects (described and rendered by
+`SessionSerializer`, `EventSerializer`, `AppendedEventSerializer`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer, TaggedUnionField
-from registry.sessions.events import INITIAL_EVENT_SERIALIZERS
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.tracing import TRACEPARENT_FIELD
+from registry.sessions.events import ENVELOPE_FIELDS, INITIAL_EVENT_SERIALIZERS, NATIVE_BETA_FIELD
+from registry.sessions.models import Session, SessionEvent
+from registry.sessions.selectors import public_resource
 
 AGENT_ID = r"^agent_[A-Za-z0-9_-]+$"
 
@@ -158,8 +164,21 @@ class SessionUpdateSerializer(StrictSerializer):
     budget = BudgetSerializer(required=False, allow_null=True)
 
 
-class SessionSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The session object (documentation of the response; rendering is `render_session`)."""
+AGENT_SNAPSHOT_FIELDS = (
+    "name",
+    "description",
+    "model",
+    "system",
+    "tools",
+    "mcp_servers",
+    "skills",
+    "execution_identity",
+    "multiagent",
+)
+
+
+class SessionSerializer(ResponseSerializer):
+    """The session object: `agent` is the definition the session runs (its snapshot at creation)."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["session"])
@@ -180,16 +199,67 @@ class SessionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
 
+    @classmethod
+    def render(cls, session: Session) -> dict[str, Any]:
+        finished = session.archived_at or (session.updated_at if session.status == Session.Status.TERMINATED else None)
+        duration = ((finished or timezone.now()) - session.created_at).total_seconds()
+        snapshot = session.agent_snapshot
+        return {
+            "id": session.id,
+            "type": "session",
+            "agent": {
+                "type": "agent",
+                "id": session.agent_id,
+                "version": session.agent_version,
+                **{key: snapshot.get(key) for key in AGENT_SNAPSHOT_FIELDS},
+            },
+            "environment_id": session.environment_id,
+            "harness": session.harness,
+            "title": session.title,
+            "metadata": session.metadata,
+            "vault_ids": session.vault_ids,
+            "resources": [public_resource(resource) for resource in session.resources],
+            "status": session.status,
+            "stop_reason": session.stop_reason,
+            "usage": {**session.usage, "active_seconds": session.active_seconds},
+            "stats": {"active_seconds": session.active_seconds, "duration_seconds": duration},
+            "outcome_evaluations": session.outcome_evaluations,
+            "budget": session.budget,
+            "created_at": timestamp(session.created_at),
+            "updated_at": timestamp(session.updated_at),
+            "archived_at": timestamp(session.archived_at),
+        }
 
-class EventSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """An event: `id`, `type`, the type's own fields, `processed_at` (documentation only)."""
+
+class EventSerializer(ResponseSerializer):
+    """An event: `id`, `type`, the type's own fields, `processed_at`; in the `native-beta` dialect also
+    the transcript envelope (`seq`, `subpath`), which the default dialect drops."""
 
     id = serializers.CharField()
     type = serializers.CharField()
     processed_at = serializers.DateTimeField(allow_null=True)
 
+    @classmethod
+    def render(cls, event: SessionEvent, *, native: bool) -> dict[str, Any]:
+        body = {"id": event.id, "type": event.type, **event.body, "processed_at": timestamp(event.processed_at)}
+        body.pop(NATIVE_BETA_FIELD, None)
+        body.pop(TRACEPARENT_FIELD, None)
+        if native:
+            body["seq"] = event.seq
+            body.setdefault("subpath", None)
+        else:
+            for field in ENVELOPE_FIELDS:
+                body.pop(field, None)
+        return body
 
-class AppendedEventSerializer(serializers.Serializer):  # type: ignore[type-arg]
+
+class AppendedEventSerializer(ResponseSerializer):
+    """An event as the append answers it: stored, not yet processed."""
+
     id = serializers.CharField()
     type = serializers.CharField()
     processed_at = serializers.DateTimeField(allow_null=True)
+
+    @classmethod
+    def render(cls, event: SessionEvent) -> dict[str, Any]:
+        return {"id": event.id, "type": event.type, "processed_at": timestamp(event.processed_at)}

@@ -21,6 +21,7 @@ from channels.layers import get_channel_layer
 from registry.sessions import selectors
 from registry.sessions.models import SessionEvent
 from registry.sessions.notify import group_name
+from registry.sessions.serializers import EventSerializer
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class SessionTail:
         key = (event.id, native)
         encoded = self.frames.get(key)
         if encoded is None:
-            encoded = sse_frame(selectors.render_event(event, native=native), seq=event.seq)
+            encoded = sse_frame(EventSerializer.render(event, native=native), seq=event.seq)
             if len(self.frames) >= CACHE_LIMIT:
                 self.frames.clear()
             self.frames[key] = encoded

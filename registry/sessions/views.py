@@ -17,7 +17,6 @@ from registry.core.errors import invalid_request, not_found
 from registry.core.fields import TaggedUnionField
 from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schema
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token
-from registry.core.serialization import timestamp
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.sessions import resources, selectors, services
 from registry.sessions.events import SendEventsSerializer
@@ -51,7 +50,6 @@ def is_native(request: Request) -> bool:
 class SessionViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Session
     resource_type = "session"
-    render_object = staticmethod(selectors.render_session)
     serializer_class = SessionSerializer
     filterset_class = SessionFilter
     pagination = KeysetPagination(with_prev_page=True)
@@ -114,7 +112,7 @@ class SessionEventViewSet(WorkspaceViewSet):
         if not events.is_valid():
             raise serializers.ValidationError(events.errors)
         rows, links = self.pagination.paginate(events.qs, request)
-        return KeysetPagination.response([selectors.render_event(event, native=native) for event in rows], links)
+        return KeysetPagination.response([EventSerializer.render(event, native=native) for event in rows], links)
 
     @extend_schema(
         request=SendEventsSerializer,
@@ -129,14 +127,7 @@ class SessionEventViewSet(WorkspaceViewSet):
             events=body.validated_data["events"],
             native=is_native(request),
         )
-        return Response(
-            {
-                "data": [
-                    {"id": event.id, "type": event.type, "processed_at": timestamp(event.processed_at)}
-                    for event in created
-                ]
-            }
-        )
+        return Response({"data": [AppendedEventSerializer.render(event) for event in created]})
 
 
 RESOURCE_LIST_MAX = 1000

@@ -1,4 +1,4 @@
-"""Reads for skills: rendered objects, version lookups, the zip of a version, and agents' references."""
+"""Reads for skills: version lookups, the zip of a version, and agents' references."""
 
 from __future__ import annotations
 
@@ -12,34 +12,10 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request, not_found
-from registry.core.serialization import timestamp
 from registry.core.storage import upload_storage
 from registry.skills.models import Skill, SkillVersion
 
 LATEST = "latest"
-
-
-def render_skill(skill: Skill) -> dict[str, Any]:
-    return {
-        "id": skill.id,
-        "type": "skill",
-        "display_name": skill.display_name,
-        "latest_version_id": skill.latest_version,
-        "source": {"type": "custom"},
-        "created_at": timestamp(skill.created_at),
-        "updated_at": timestamp(skill.updated_at),
-    }
-
-
-def render_skill_version(version: SkillVersion) -> dict[str, Any]:
-    return {
-        "id": version.version,
-        "type": "skill_version",
-        "skill_id": version.skill_id,
-        "name": version.name,
-        "description": version.description,
-        "created_at": timestamp(version.created_at),
-    }
 
 
 def skill_versions(*, skill: Skill) -> QuerySet[SkillVersion]:

@@ -1,10 +1,15 @@
-"""Validation of the skill upload forms, and the documented skill and version objects."""
+"""Validation of the skill upload forms, the skill and version objects (described and rendered by
+`SkillSerializer`, `SkillVersionSerializer`) and the documented upload and delete shapes."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rest_framework import serializers
 
 from registry.core.fields import StrictSerializer
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.skills.models import Skill, SkillVersion
 
 SOURCES = ("custom", "anthropic", "anthropic_example", "plugin")
 
@@ -37,8 +42,8 @@ class SkillSourceSerializer(serializers.Serializer):  # type: ignore[type-arg]
     type = serializers.ChoiceField(choices=SOURCES)
 
 
-class SkillSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The skill object (documentation of the response)."""
+class SkillSerializer(ResponseSerializer):
+    """The skill object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["skill"])
@@ -48,9 +53,21 @@ class SkillSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
+    @classmethod
+    def render(cls, skill: Skill) -> dict[str, Any]:
+        return {
+            "id": skill.id,
+            "type": "skill",
+            "display_name": skill.display_name,
+            "latest_version_id": skill.latest_version,
+            "source": {"type": "custom"},
+            "created_at": timestamp(skill.created_at),
+            "updated_at": timestamp(skill.updated_at),
+        }
 
-class SkillVersionSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The skill version object (documentation of the response)."""
+
+class SkillVersionSerializer(ResponseSerializer):
+    """The skill version object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["skill_version"])
@@ -58,6 +75,17 @@ class SkillVersionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField()
     description = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+    @classmethod
+    def render(cls, version: SkillVersion) -> dict[str, Any]:
+        return {
+            "id": version.version,
+            "type": "skill_version",
+            "skill_id": version.skill_id,
+            "name": version.name,
+            "description": version.description,
+            "created_at": timestamp(version.created_at),
+        }
 
 
 class SkillDeletedSerializer(serializers.Serializer):  # type: ignore[type-arg]

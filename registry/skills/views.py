@@ -65,7 +65,6 @@ class SkillViewSet(DeleteMixin, WorkspaceViewSet):
 
     model = Skill
     resource_type = "skill"
-    render_object = staticmethod(selectors.render_skill)
     serializer_class = SkillSerializer
     filterset_class = SkillFilter
     parser_classes = [MultiPartParser]
@@ -109,14 +108,14 @@ class SkillVersionViewSet(WorkspaceViewSet):
         skill = self.get_object()
         with read_upload(request, SkillVersionFieldsSerializer) as (_, bundle):
             version = services.skill_version_create(skill=skill, bundle=bundle)
-        return Response(selectors.render_skill_version(version))
+        return Response(self.render(version))
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         rows, links = self.pagination.paginate(selectors.skill_versions(skill=self.get_object()), request)
-        return KeysetPagination.response([selectors.render_skill_version(row) for row in rows], links)
+        return KeysetPagination.response(self.render_many(rows), links)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(selectors.render_skill_version(self.version()))
+        return Response(self.render(self.version()))
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         version = self.version()

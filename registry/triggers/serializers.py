@@ -1,4 +1,4 @@
-"""Validation of trigger bodies and the documented trigger object."""
+"""Validation of trigger bodies, and the trigger object (described and rendered by `TriggerSerializer`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer
+from registry.core.serialization import ResponseSerializer, timestamp
 from registry.sessions.serializers import AgentReferenceField
 from registry.triggers.models import Trigger
 from registry.triggers.schedule import check_schedule, check_timezone
@@ -88,8 +89,8 @@ class TriggerAgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     version = serializers.IntegerField()
 
 
-class TriggerSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The trigger object (documentation of the response; rendering is `render_trigger`)."""
+class TriggerSerializer(ResponseSerializer):
+    """The trigger object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["trigger"])
@@ -106,3 +107,37 @@ class TriggerSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
+
+    @classmethod
+    def render(cls, trigger: Trigger) -> dict[str, Any]:
+        return {
+            "id": trigger.id,
+            "type": "trigger",
+            "name": trigger.name,
+            "agent": {
+                "type": "agent",
+                "id": trigger.agent_id,
+                "version": trigger.agent_version or trigger.agent.version,
+            },
+            "session_mode": trigger.session_mode,
+            "source": {
+                "type": "cron",
+                "schedule": trigger.schedule,
+                "timezone": trigger.timezone,
+                "payload": trigger.payload,
+            },
+            "session": {
+                "environment_id": trigger.environment_id,
+                "title_template": trigger.title_template,
+                "metadata": trigger.metadata,
+                "vault_ids": trigger.vault_ids,
+            },
+            "replicas": trigger.replicas,
+            "status": trigger.status,
+            "next_fire_at": timestamp(trigger.next_fire_at),
+            "last_fired_at": timestamp(trigger.last_fired_at),
+            "error": trigger.error,
+            "archived_at": timestamp(trigger.archived_at),
+            "created_at": timestamp(trigger.created_at),
+            "updated_at": timestamp(trigger.updated_at),
+        }

@@ -15,7 +15,6 @@ from registry.core.openapi import resource_schema
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.triggers import services
 from registry.triggers.models import Trigger
-from registry.triggers.selectors import render_trigger
 from registry.triggers.serializers import TriggerSerializer, TriggerWriteSerializer
 
 ACTIONS = ("pause", "unpause", "start", "stop", "restart")
@@ -26,7 +25,6 @@ ACTION_SCHEMA = extend_schema(request=None, responses=TriggerSerializer)
 class TriggerViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Trigger
     resource_type = "trigger"
-    render_object = staticmethod(render_trigger)
     serializer_class = TriggerSerializer
 
     def get_queryset(self) -> QuerySet[Trigger]:

@@ -1,42 +1,14 @@
-"""Reads for vaults: rendering (never a secret), and the bearer token a session uses for an MCP server."""
+"""Reads for vaults: the credentials of a vault, and the bearer token a session uses for an MCP server."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from registry.core.errors import not_found
-from registry.core.serialization import timestamp
 from registry.vaults.models import Vault, VaultCredential
-
-
-def render_vault(vault: Vault) -> dict[str, Any]:
-    return {
-        "id": vault.id,
-        "type": "vault",
-        "display_name": vault.display_name,
-        "metadata": vault.metadata,
-        "created_at": timestamp(vault.created_at),
-        "updated_at": timestamp(vault.updated_at),
-        "archived_at": timestamp(vault.archived_at),
-    }
-
-
-def render_credential(credential: VaultCredential) -> dict[str, Any]:
-    return {
-        "id": credential.id,
-        "type": "vault_credential",
-        "vault_id": credential.vault_id,
-        "display_name": credential.display_name,
-        "metadata": credential.metadata,
-        "auth": credential.auth,
-        "created_at": timestamp(credential.created_at),
-        "updated_at": timestamp(credential.updated_at),
-        "archived_at": timestamp(credential.archived_at),
-    }
 
 
 def same_server(left: str, right: str) -> bool:

@@ -1,4 +1,5 @@
-"""Validation of vault and credential bodies: three credential types, secrets in the right shape."""
+"""Validation of vault and credential bodies (three credential types, secrets in the right shape), and the
+vault and credential objects (described and rendered by `VaultSerializer`, `CredentialSerializer`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from registry.core.fields import (
     TaggedUnionField,
     validate_http_url,
 )
+from registry.core.serialization import ResponseSerializer, timestamp
+from registry.vaults.models import Vault, VaultCredential
 
 
 def secret_field() -> StrictCharField:
@@ -161,8 +164,8 @@ class CredentialWriteSerializer(StrictSerializer):
             self.fields["auth"] = TaggedUnionField(AUTH_UPDATE_KINDS, component_name="CredentialAuthUpdate")
 
 
-class VaultSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The vault object (documentation of the response)."""
+class VaultSerializer(ResponseSerializer):
+    """The vault object."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["vault"])
@@ -172,9 +175,21 @@ class VaultSerializer(serializers.Serializer):  # type: ignore[type-arg]
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
 
+    @classmethod
+    def render(cls, vault: Vault) -> dict[str, Any]:
+        return {
+            "id": vault.id,
+            "type": "vault",
+            "display_name": vault.display_name,
+            "metadata": vault.metadata,
+            "created_at": timestamp(vault.created_at),
+            "updated_at": timestamp(vault.updated_at),
+            "archived_at": timestamp(vault.archived_at),
+        }
 
-class CredentialSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """The credential object: `auth` without any secret (documentation of the response)."""
+
+class CredentialSerializer(ResponseSerializer):
+    """The credential object: `auth` without any secret."""
 
     id = serializers.CharField()
     type = serializers.ChoiceField(choices=["vault_credential"])
@@ -185,3 +200,17 @@ class CredentialSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
+
+    @classmethod
+    def render(cls, credential: VaultCredential) -> dict[str, Any]:
+        return {
+            "id": credential.id,
+            "type": "vault_credential",
+            "vault_id": credential.vault_id,
+            "display_name": credential.display_name,
+            "metadata": credential.metadata,
+            "auth": credential.auth,
+            "created_at": timestamp(credential.created_at),
+            "updated_at": timestamp(credential.updated_at),
+            "archived_at": timestamp(credential.archived_at),
+        }

@@ -25,7 +25,6 @@ from registry.vaults.serializers import (
 class VaultViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Vault
     resource_type = "vault"
-    render_object = staticmethod(selectors.render_vault)
     serializer_class = VaultSerializer
 
     write_serializer = VaultWriteSerializer
@@ -43,6 +42,7 @@ class CredentialViewSet(WorkspaceViewSet):
     model = Vault
     resource_type = "vault"
     operation_name = "vault_credential"
+    serializer_class = CredentialSerializer
 
     def credential(self) -> VaultCredential:
         return selectors.credential_get(vault=self.get_object(), credential_id=self.kwargs["credential_id"])
@@ -52,18 +52,18 @@ class CredentialViewSet(WorkspaceViewSet):
         archived = request.query_params.get("include_archived", "").lower() in ("true", "1")
         credentials = selectors.vault_credentials(vault=self.get_object(), include_archived=archived)
         rows, links = self.pagination.paginate(credentials, request)
-        return self.pagination.response([selectors.render_credential(row) for row in rows], links)
+        return self.pagination.response(self.render_many(rows), links)
 
     @extend_schema(request=CredentialWriteSerializer, responses=CredentialSerializer)
     def create(self, request: Request, id: str) -> Response:
         body = CredentialWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         credential = services.credential_create(vault=self.get_object(), values=dict(body.validated_data))
-        return Response(selectors.render_credential(credential))
+        return Response(self.render(credential))
 
     @extend_schema(responses=CredentialSerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(selectors.render_credential(self.credential()))
+        return Response(self.render(self.credential()))
 
     @extend_schema(request=CredentialWriteSerializer, responses=CredentialSerializer)
     def partial_update(self, request: Request, id: str, credential_id: str) -> Response:
@@ -71,14 +71,12 @@ class CredentialViewSet(WorkspaceViewSet):
         body = CredentialWriteSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
         return Response(
-            selectors.render_credential(
-                services.credential_update(credential=credential, values=dict(body.validated_data))
-            )
+            self.render(services.credential_update(credential=credential, values=dict(body.validated_data)))
         )
 
     @extend_schema(request=None, responses=CredentialSerializer)
     def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(selectors.render_credential(resource_archive(instance=self.credential())))
+        return Response(self.render(resource_archive(instance=self.credential())))
 
     @extend_schema(responses=deleted_response("vault_credential"))
     def destroy(self, request: Request, id: str, credential_id: str) -> Response:
