@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -17,12 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvloop
 import yaml
 
 from bench.gateway.loadgen import Results, run_load
+from tests.support.tls import make_pki
 
 PROJECT = Path(__file__).resolve().parents[2]
 LITELLM_VERSION = "1.103.7"
@@ -92,25 +95,34 @@ class Figures:
     rss_mb: float = 0.0
 
 
-async def measure(name: str, port: int, path: str, *, requests: int, seconds: float) -> Figures:
-    await run_load(port, path, CHAT, 8, requests=min(requests, 2000))
-    c1 = await run_load(port, path, CHAT, 1, requests=requests)
-    c32 = await run_load(port, path, CHAT, 32, seconds=seconds)
-    await run_load(port, path, STREAM, 1, requests=min(requests, 200))
-    stream = await run_load(port, path, STREAM, 1, requests=max(requests // 2, 100))
+async def measure(
+    name: str, port: int, path: str, *, requests: int, seconds: float, tls: ssl.SSLContext | None = None
+) -> Figures:
+    await run_load(port, path, CHAT, 8, requests=min(requests, 2000), tls=tls)
+    c1 = await run_load(port, path, CHAT, 1, requests=requests, tls=tls)
+    c32 = await run_load(port, path, CHAT, 32, seconds=seconds, tls=tls)
+    await run_load(port, path, STREAM, 1, requests=min(requests, 200), tls=tls)
+    stream = await run_load(port, path, STREAM, 1, requests=max(requests // 2, 100), tls=tls)
     return Figures(name, c1, c32, stream)
 
 
 def gateway_config(
-    directory: Path, provider_port: int, port: int, *, governed: bool = False, cached: bool = False
+    directory: Path,
+    provider_port: int,
+    port: int,
+    *,
+    governed: bool = False,
+    cached: bool = False,
+    tls: Path | None = None,
 ) -> Path:
     """The gateway's config; `governed` adds every governance stage the issue names: a Redis rate limit with
     token and spend budgets (spend admission), a pii_regex guardrail and a stdout usage sink. `cached` adds a
     `memory_exact` response cache: the load repeats one body, so every request after the first is a hit (the
-    streamed ones replayed from the same entry)."""
+    streamed ones replayed from the same entry). `tls` (a PEM with the certificate and its key) makes the data
+    plane HTTPS."""
     keys = directory / "keys.yaml"
     keys.write_text(yaml.safe_dump({"keys": [{"sha256": hashlib.sha256(b"bench").hexdigest(), "principal": "b"}]}))
-    config = {
+    config: dict[str, Any] = {
         "server": {"listen": f"127.0.0.1:{port}", "admin_listen": f"127.0.0.1:{free_port()}"},
         "identity": {"validators": [{"name": "keys", "kind": "api_key", "keys_file": str(keys)}]},
         "vaults": [{"name": "bench", "resolver": "env", "env_var": "BENCH_PROVIDER_KEY"}],
@@ -144,7 +156,10 @@ def gateway_config(
         config["rate_limits"] = [{"name": "everyone", "qpm": 10**9, "tpm": 10**12, "budget_usd_per_month": 10**9}]
     if cached:
         config["plugins"] = {"cache": {"name": "answers", "kind": "memory_exact"}}
-    path = directory / ("governed.yaml" if governed else "cached.yaml" if cached else "gateway.yaml")
+    if tls is not None:
+        config["server"]["tls"] = {"cert": str(tls), "key": str(tls)}
+    name = "governed" if governed else "cached" if cached else "https" if tls else "gateway"
+    path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -180,11 +195,18 @@ def litellm_config(directory: Path, provider_port: int) -> Path:
 
 
 def run_target(
-    name: str, command: list[str], env: dict[str, str], port: int, ready_url: str, path: str, args: argparse.Namespace
+    name: str,
+    command: list[str],
+    env: dict[str, str],
+    port: int,
+    ready_url: str,
+    path: str,
+    args: argparse.Namespace,
+    tls: ssl.SSLContext | None = None,
 ) -> Figures:
     with process(["taskset", "-c", GATEWAY_CORE, *command], env) as child:
         wait_http(ready_url)
-        figures = uvloop.run(measure(name, port, path, requests=args.requests, seconds=args.seconds))
+        figures = uvloop.run(measure(name, port, path, requests=args.requests, seconds=args.seconds, tls=tls))
         figures.rss_mb = peak_rss_mb(child.pid)
     return figures
 
@@ -249,13 +271,18 @@ def main() -> None:
                 args,
             )
         ]
-        for name, governed, cached in (
-            ("this gateway (1 worker)", False, False),
-            ("this gateway + governance (1 worker)", True, False),
-            ("this gateway, cache hits (1 worker)", False, True),
+        pki = make_pki(directory)
+        client_tls = ssl.create_default_context(cafile=str(pki.ca_file))
+        for name, governed, cached, tls in (
+            ("this gateway (1 worker)", False, False, False),
+            ("this gateway + governance (1 worker)", True, False, False),
+            ("this gateway, cache hits (1 worker)", False, True, False),
+            ("this gateway over HTTPS, keep-alive (1 worker)", False, False, True),
         ):
             port = free_port()
-            config = gateway_config(directory, provider_port, port, governed=governed, cached=cached)
+            config = gateway_config(
+                directory, provider_port, port, governed=governed, cached=cached, tls=pki.server_chain if tls else None
+            )
             admin = yaml.safe_load(config.read_text())["server"]["admin_listen"]
             others.append(
                 run_target(
@@ -266,6 +293,7 @@ def main() -> None:
                     f"http://{admin}/readyz",
                     "/v1/chat/completions",
                     args,
+                    client_tls if tls else None,
                 )
             )
         if args.litellm:

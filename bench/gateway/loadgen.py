@@ -4,6 +4,7 @@ reading the whole response (content-length or chunked); records latency and time
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -82,11 +83,25 @@ def build_request(port: int, path: str, body: bytes) -> bytes:
 
 
 async def run_load(
-    port: int, path: str, body: bytes, concurrency: int, *, requests: int = 0, seconds: float = 0.0
+    port: int,
+    path: str,
+    body: bytes,
+    concurrency: int,
+    *,
+    requests: int = 0,
+    seconds: float = 0.0,
+    tls: ssl.SSLContext | None = None,
 ) -> Results:
-    """Drive the server with `concurrency` connections for `requests` requests or `seconds` seconds."""
+    """Drive the server with `concurrency` connections for `requests` requests or `seconds` seconds (over
+    TLS when `tls` is given: one handshake per connection, then keep-alive)."""
     loop = asyncio.get_running_loop()
-    clients = [(await loop.create_connection(Client, "127.0.0.1", port))[1] for _ in range(concurrency)]
+
+    async def connect() -> Client:
+        if tls is None:
+            return (await loop.create_connection(Client, "127.0.0.1", port))[1]
+        return (await loop.create_connection(Client, "127.0.0.1", port, ssl=tls, server_hostname="localhost"))[1]
+
+    clients = [await connect() for _ in range(concurrency)]
     request = build_request(port, path, body)
     results = Results()
     remaining = [requests]
@@ -101,7 +116,7 @@ async def run_load(
             except ConnectionError:
                 # The server dropped a kept-alive connection: count it and carry on with a fresh one.
                 results.errors += 1
-                client = (await loop.create_connection(Client, "127.0.0.1", port))[1]
+                client = await connect()
                 clients.append(client)
                 continue
             finished = time.perf_counter()
