@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.gatewayproxy.harness import vault_keys
 from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
 
 
@@ -24,6 +25,13 @@ def secondary() -> Iterator[FakeProvider]:
     provider = FakeProvider("secondary").start()
     yield provider
     provider.stop()
+
+
+@pytest.fixture(scope="module")
+def provider_keys() -> Iterator[None]:
+    """Credentials `a` and `b` of the `keys` env vault (provider-a-key, provider-b-key), for one module."""
+    with vault_keys(a="provider-a-key", b="provider-b-key"):
+        yield
 
 
 @pytest.fixture(scope="module")

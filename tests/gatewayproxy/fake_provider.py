@@ -17,7 +17,6 @@ import asyncio
 import base64
 import json
 import struct
-import threading
 import time
 import zlib
 from collections import deque
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import h11
+
+from tests.support.loop_server import LoopServer
 
 TOOL_ARGUMENTS = {"city": "Paris"}
 # What a provider "thinks" when asked to (`thinking` in a messages body, `reasoning_effort` in a chat body).
@@ -313,39 +314,22 @@ class FakeProvider:
         self.received: list[Received] = []
         self.documents: dict[str, Any] = {}
         self.streamed_bytes = 0
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner = LoopServer()
         self.port = 0
 
     def start(self) -> FakeProvider:
         """Bind a free port and serve."""
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._connection, "127.0.0.1", 0), self._loop
-        ).result()
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._runner.serve(self._connection)
         return self
 
     def stop(self) -> None:
         """Stop serving and end the thread."""
-
-        async def close() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-
-        asyncio.run_coroutine_threadsafe(close(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._runner.stop()
 
     @property
     def url(self) -> str:
         """The root URL."""
-        return f"http://127.0.0.1:{self.port}"
+        return self._runner.url
 
     def reset(self, *script: str) -> None:
         """Forget received requests and documents, and set the behaviours of the next requests."""

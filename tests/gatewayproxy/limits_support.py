@@ -8,7 +8,6 @@ import contextlib
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +17,7 @@ import httpx
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.support.live import free_port
+from tests.support.waiting import wait_until
 
 HI = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": HI}
@@ -93,13 +93,8 @@ def burst(url: str, count: int, body: dict[str, Any] | None = None) -> list[http
 
 
 def poll(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """The first truthy result of `check`, retried until `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.02)
+    """The first truthy result of `check`, retried until `timeout` (then the wait fails)."""
+    return wait_until(check, timeout=timeout)
 
 
 def error_code(response: httpx.Response) -> str:

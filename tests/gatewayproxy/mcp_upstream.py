@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+
+from tests.support.waiting import wait_until
 
 
 class RecordingMcpServer:
@@ -42,9 +43,7 @@ class RecordingMcpServer:
     def start(self) -> RecordingMcpServer:
         """Serve, and wait until uvicorn is up."""
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.uvicorn.started and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: self.uvicorn.started, timeout=10, what="uvicorn to start")
         return self
 
     def _recording(self, app: Any) -> Any:

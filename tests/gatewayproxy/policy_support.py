@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
+from tests.support.waiting import wait_until
 
 VAULT = "static"
 
@@ -41,10 +41,7 @@ class SigningKey:
 
 def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     """Wait until `condition()` holds, failing after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+    wait_until(condition, timeout=timeout)
 
 
 def rule(guardrail_type: str, config: dict[str, Any], **extra: Any) -> dict[str, Any]:

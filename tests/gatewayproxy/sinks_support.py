@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from tests.gatewayproxy.fake_provider import FakeProvider
+from tests.support.waiting import wait_until
 
 POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 HI = [{"role": "user", "content": "hi"}]
@@ -160,3 +162,23 @@ def keyed_identity(directory: Path, keys: dict[str, tuple[str, str]]) -> dict[st
 def jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file (none while it does not exist)."""
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class StdoutRecords:
+    """The JSON lines the stdout sink printed so far."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.lines: list[dict[str, Any]] = []
+
+    def of(self, request_id: str) -> dict[str, Any]:
+        """The record of one request, waiting for it."""
+
+        def found() -> dict[str, Any] | None:
+            self.lines += [
+                json.loads(line) for line in self.capsys.readouterr().out.splitlines() if line.startswith("{")
+            ]
+            return next((record for record in self.lines if record["request_id"] == request_id), None)
+
+        record: dict[str, Any] = wait_until(found, what=f"the usage record of {request_id}")
+        return record

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 
 from tests.gatewayproxy.fake_provider import answer
+from tests.support.loop_server import LoopServer
 
 
 @dataclass
@@ -32,38 +32,23 @@ class StallingUpstream:
     port: int = 0
 
     def __post_init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner = LoopServer()
+        self._loop = self._runner.loop
         self._released: asyncio.Event | None = None
-        self._server: asyncio.Server | None = None
 
     def start(self) -> StallingUpstream:
-        self._thread.start()
-
-        async def bind() -> asyncio.Server:
+        def setup() -> None:
             self._released = asyncio.Event()
-            return await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=1024)
 
-        self._server = asyncio.run_coroutine_threadsafe(bind(), self._loop).result()
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._runner.serve(self._serve, backlog=1024, setup=setup)
         return self
 
     def stop(self) -> None:
-        async def close() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-
-        asyncio.run_coroutine_threadsafe(close(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._runner.stop()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._runner.url
 
     @property
     def requests(self) -> int:
@@ -74,7 +59,7 @@ class StallingUpstream:
         return sum(1 for connection in self.connections if connection.closed_at is None)
 
     def reset(self, behaviour: str) -> None:
-        def clear() -> None:
+        async def clear() -> None:
             # Connections the gateway pooled in an earlier test are closed, so each test counts its own.
             for connection in self.connections:
                 connection.writer.close()
@@ -82,9 +67,7 @@ class StallingUpstream:
             self.connections.clear()
             self._released = asyncio.Event()
 
-        self._loop.call_soon_threadsafe(clear)
-        # Wait until the reset ran on the upstream's loop.
-        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self._loop).result()
+        self._runner.run(clear())  # on the upstream's loop, returning once it ran
 
     def release(self) -> None:
         """Let every held request (and later ones) be answered."""

@@ -4,7 +4,6 @@ commit, and swap the snapshot; invalid writes change nothing; traffic never fail
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.gatewayproxy.store_harness import (
     import_document,
     provider_document,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, STORE_ONLY_DATABASE]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -163,9 +163,7 @@ def test_a_request_in_flight_finishes_on_its_snapshot(gateway: BuiltGatewayThrea
     primary.reset("delay:1")
     with ThreadPoolExecutor(1) as pool:
         slow = pool.submit(served_by, gateway)
-        deadline = time.monotonic() + 5
-        while runtime.in_flight.count(old) == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: runtime.in_flight.count(old), timeout=5, what="the request in flight on the old snapshot")
         assert runtime.in_flight.count(old) == 1
         assert httpx.put(f"{gateway.admin_url}/admin/v1/routes/all", json=to("two", model="m")).status_code == 200
         assert runtime.state is not old and served_by(gateway) == "Hello from secondary"

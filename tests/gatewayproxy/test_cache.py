@@ -19,8 +19,7 @@ from gatewayproxy.http.sse import SseDecoder
 from gatewayproxy.pipeline.cache import ChatAssembler, MessagesAssembler, chat_frames, messages_frames
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, two_shapes
-from tests.gatewayproxy.test_usage_records import StdoutRecords
+from tests.gatewayproxy.sinks_support import HI, StdoutRecords, two_shapes
 from tests.support.live import free_port
 from tests.support.waiting import wait_until
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.gatewayproxy.fake_provider import TOOL_ARGUMENTS, FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.harness import GatewayThread, two_shapes
 
 pytestmark = pytest.mark.e2e
 WEATHER_TOOL_A: Any = {
@@ -30,49 +30,12 @@ WEATHER_TOOL_B: Any = {
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider, monkeypatch_module: None) -> Iterator[GatewayThread]:
+def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None) -> Iterator[GatewayThread]:
     """Models `a-*` go to a chat-shaped destination, `b-*` to a messages-shaped one."""
-    document = {
-        "vaults": [{"name": "keys", "resolver": "env"}],
-        "destinations": {
-            "shape_a": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "keys", "credential_id": "a"},
-            },
-            "shape_b": {
-                "kind": "vendor_b",
-                "base_url": secondary.url,
-                "credentials": {"vault": "keys", "credential_id": "b"},
-                "model_map": {"b-small": "provider-b-small-v1"},
-            },
-        },
-        "routes": [
-            {
-                "name": "to_a",
-                "match": {"model": "a-*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]},
-            },
-            {
-                "name": "to_b",
-                "match": {"model": "b-*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]},
-            },
-        ],
-    }
+    document = two_shapes(primary.url, secondary.url, model_map={"b-small": "provider-b-small-v1"})
     running = GatewayThread(document).start()
     yield running
     running.stop()
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Iterator[None]:
-    """Provider keys in the environment for the `env` vault."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("VAULT__KEYS__A", "provider-a-key")
-    patch.setenv("VAULT__KEYS__B", "provider-b-key")
-    yield
-    patch.undo()
 
 
 def test_chat_to_chat_destination_json(gateway: GatewayThread, primary: FakeProvider) -> None:

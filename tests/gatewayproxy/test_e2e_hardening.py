@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +16,12 @@ import pytest
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
 VAULT = "static"
 LONG = {"consecutive_failures": 5, "ejection_ms": 60000}
-
-
-def wait_until(condition: Callable[[], Any], *, timeout: float = 20, what: str = "condition") -> Any:
-    """Poll an observable condition until it holds; its value is returned."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def closed_port() -> int:

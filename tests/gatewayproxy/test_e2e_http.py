@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.gatewayproxy.fake_provider import BIG_STREAM_FRAMES, BIG_STREAM_TEXT, FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 CHAT_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
@@ -183,6 +184,20 @@ def test_invalid_json_is_400_in_the_path_protocol(gateway: GatewayThread) -> Non
     assert response.startswith(b"HTTP/1.1 400 ") and b'"type":"error"' in response
 
 
+def stalled(provider: FakeProvider, quiet: float = 0.3) -> Callable[[], int]:
+    """A condition: the bytes the provider streamed, once some were and none more for `quiet` seconds."""
+    seen = {"bytes": -1, "since": time.monotonic()}
+
+    def check() -> int:
+        now = provider.streamed_bytes
+        if now != seen["bytes"]:
+            seen.update(bytes=now, since=time.monotonic())
+            return 0
+        return now if now > 0 and time.monotonic() - seen["since"] >= quiet else 0
+
+    return check
+
+
 def test_stream_to_a_reader_that_stalls_is_bounded(gateway: GatewayThread, primary: FakeProvider) -> None:
     """While the client reads nothing, the gateway stops reading the upstream: the provider gets stuck far
     short of the whole stream; once the client reads, everything arrives."""
@@ -191,8 +206,7 @@ def test_stream_to_a_reader_that_stalls_is_bounded(gateway: GatewayThread, prima
     with connect(gateway) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         sock.sendall(chat_request(body=body))
-        time.sleep(1.0)
-        stalled_at = primary.streamed_bytes
+        stalled_at = wait_until(stalled(primary), what="the provider's stream to stall")
         data = read_until(sock, b"data: [DONE]")
     total = BIG_STREAM_FRAMES * len(BIG_STREAM_TEXT)
     assert 0 < stalled_at < total / 2

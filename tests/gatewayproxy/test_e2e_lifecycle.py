@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from django.core.management import CommandError, call_command
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import wait_ready
 from tests.support.live import free_port, rungateway
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 PROJECT = Path(__file__).resolve().parents[2]
@@ -87,11 +87,17 @@ def test_sigterm_drains_in_flight_requests(
         target=lambda: results.append(httpx.post(url, json={"model": "m", "messages": HI}, timeout=10))
     )
     worker.start()
-    time.sleep(0.4)
+    wait_until(lambda: primary.received, what="the request to reach the provider")
     process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    with pytest.raises(httpx.ConnectError):
-        httpx.post(url, json={"model": "m", "messages": HI})
+
+    def refused() -> bool:
+        try:
+            httpx.post(url, json={"model": "m", "messages": HI})
+        except httpx.ConnectError:
+            return True
+        return False
+
+    wait_until(refused, timeout=5, what="the draining gateway to stop accepting connections")
     worker.join()
     assert process.wait(timeout=10) == 0
     assert results[0].status_code == 200 and results[0].json()["choices"][0]["message"]["content"]

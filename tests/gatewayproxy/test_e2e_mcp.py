@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
@@ -172,10 +172,7 @@ def test_a_departed_sse_client_frees_its_connection_at_once(mcp_gateway: Gateway
         lines = stream.iter_lines()  # held: a dropped line iterator would close the response (and the connection)
         next(line for line in lines if line.startswith("data: "))
         assert tracker.busy == 1
-    deadline = time.monotonic() + 2
-    while tracker.busy and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tracker.busy == 0
+    wait_until(lambda: tracker.busy == 0, timeout=2, what="the departed client's connection to be freed")
 
 
 def test_deprecated_alias_serves_and_says_so(mcp_gateway: GatewayThread) -> None:

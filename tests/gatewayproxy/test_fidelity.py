@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.gatewayproxy.fake_provider import SIGNATURE, THINKING, TOOL_ARGUMENTS, FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.harness import KEYS_VAULT, GatewayThread, fallback_route, keyed_destination
 
 pytestmark = pytest.mark.e2e
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
@@ -24,60 +24,33 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 
 
-def _route(name: str, model: str, destination: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "match": {"model": model},
-        "strategy": {"mode": "fallback", "targets": [{"destination": destination}]},
-        **extra,
-    }
-
-
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider, keys: None) -> Iterator[GatewayThread]:
+def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None) -> Iterator[GatewayThread]:
     """`a-*`: chat-shaped; `b-*`: messages-shaped; `lenient-*`: messages-shaped on a lenient route; `fwd-*` and
     `none-*`: messages-shaped with replaced and empty `forward_headers`; `ahdr-*`: chat-shaped forwarding one."""
-    b = {"kind": "vendor_b", "base_url": secondary.url, "credentials": {"vault": "keys", "credential_id": "b"}}
+    b = keyed_destination("vendor_b", secondary.url, "b")
     document = {
-        "vaults": [{"name": "keys", "resolver": "env"}],
+        "vaults": [KEYS_VAULT],
         "destinations": {
-            "shape_a": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "keys", "credential_id": "a"},
-            },
-            "shape_a_fwd": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "keys", "credential_id": "a"},
-                "forward_headers": ["X-Team"],
-            },
+            "shape_a": keyed_destination("vendor_a", f"{primary.url}/v1", "a"),
+            "shape_a_fwd": keyed_destination("vendor_a", f"{primary.url}/v1", "a", forward_headers=["X-Team"]),
             "shape_b": b,
             "shape_b_fwd": {**b, "forward_headers": ["x-team", "anthropic-beta"]},
             "shape_b_none": {**b, "forward_headers": []},
         },
         "routes": [
-            _route("to_a", "a-*", "shape_a"),
-            _route("to_b", "b-*", "shape_b"),
-            _route("lenient", "lenient-*", "shape_b", translation="lenient"),
-            _route("lenient_a", "lenienta-*", "shape_a", translation="lenient"),
-            _route("fwd", "fwd-*", "shape_b_fwd"),
-            _route("none", "none-*", "shape_b_none"),
-            _route("ahdr", "ahdr-*", "shape_a_fwd"),
+            fallback_route("to_a", "a-*", "shape_a"),
+            fallback_route("to_b", "b-*", "shape_b"),
+            fallback_route("lenient", "lenient-*", "shape_b", translation="lenient"),
+            fallback_route("lenient_a", "lenienta-*", "shape_a", translation="lenient"),
+            fallback_route("fwd", "fwd-*", "shape_b_fwd"),
+            fallback_route("none", "none-*", "shape_b_none"),
+            fallback_route("ahdr", "ahdr-*", "shape_a_fwd"),
         ],
     }
     running = GatewayThread(document).start()
     yield running
     running.stop()
-
-
-@pytest.fixture(scope="module")
-def keys() -> Iterator[None]:
-    patch = pytest.MonkeyPatch()
-    patch.setenv("VAULT__KEYS__A", "provider-a-key")
-    patch.setenv("VAULT__KEYS__B", "provider-b-key")
-    yield
-    patch.undo()
 
 
 @pytest.fixture(autouse=True)

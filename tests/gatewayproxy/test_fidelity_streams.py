@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.gatewayproxy.fake_provider import TOOL_ARGUMENTS, FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.harness import GatewayThread, two_shapes
 
 pytestmark = pytest.mark.e2e
 PNG = base64.b64encode(b"\x89PNG tiny").decode()
@@ -23,36 +23,12 @@ WEATHER_MESSAGES: Any = {"name": "weather", "input_schema": {"type": "object"}}
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
+def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None) -> Iterator[GatewayThread]:
     """`a-*`: chat-shaped (primary); `b-*`: messages-shaped (secondary)."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("VAULT__KEYS__A", "provider-a-key")
-    patch.setenv("VAULT__KEYS__B", "provider-b-key")
-
-    def route(name: str, model: str, destination: str) -> dict[str, Any]:
-        targets = [{"destination": destination}]
-        return {"name": name, "match": {"model": model}, "strategy": {"mode": "fallback", "targets": targets}}
-
-    document = {
-        "vaults": [{"name": "keys", "resolver": "env"}],
-        "destinations": {
-            "shape_a": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "keys", "credential_id": "a"},
-            },
-            "shape_b": {
-                "kind": "vendor_b",
-                "base_url": secondary.url,
-                "credentials": {"vault": "keys", "credential_id": "b"},
-            },
-        },
-        "routes": [route("to_a", "a-*", "shape_a"), route("to_b", "b-*", "shape_b")],
-    }
+    document = two_shapes(primary.url, secondary.url)
     running = GatewayThread(document).start()
     yield running
     running.stop()
-    patch.undo()
 
 
 # Chat client streaming from a messages-shaped destination.

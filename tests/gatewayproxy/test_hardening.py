@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import socket
 import time
@@ -14,19 +15,13 @@ import pytest
 
 from tests.gatewayproxy.harness import GatewayThread
 from tests.gatewayproxy.stalling_upstream import StallingUpstream
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 MESSAGES = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
 REQUEST_TIMEOUT_MS = 600
 STREAM_IDLE_MS = 400
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +52,27 @@ def _document(upstream_url: str, server: dict[str, Any] | None = None, **destina
     }
 
 
+@contextlib.contextmanager
+def _holding(stalling: StallingUpstream, server: dict[str, Any], **destination: Any) -> Iterator[GatewayThread]:
+    """A gateway of its own before the upstream, which holds every request until released (released and
+    stopped at the end, whatever happened)."""
+    thread = GatewayThread(_document(stalling.url, server, **destination)).start()
+    try:
+        stalling.reset("hold")
+        yield thread
+    finally:
+        stalling.release()
+        thread.stop()
+
+
+def _pool_limited(
+    stalling: StallingUpstream, connections: int, *, wait_ms: int
+) -> contextlib.AbstractContextManager[GatewayThread]:
+    """`_holding` with at most `connections` upstream connections, a request waiting `wait_ms` for one."""
+    limits = {"max_connections": connections, "max_connections_wait_ms": wait_ms}
+    return _holding(stalling, {"request_timeout_ms": 20000}, **limits)
+
+
 @pytest.fixture(scope="module")
 def gateway(stalling: StallingUpstream) -> Iterator[GatewayThread]:
     thread = GatewayThread(_document(stalling.url)).start()
@@ -85,8 +101,8 @@ def test_a_stalled_non_streamed_request_ends_in_504_at_the_deadline(
     assert response.json()["error"]["code"] == "upstream_timeout"
     # The body's read timeout (the stream idle timeout) or the request deadline, whichever comes first.
     assert min(REQUEST_TIMEOUT_MS, STREAM_IDLE_MS) / 1000 <= elapsed < REQUEST_TIMEOUT_MS / 1000 + 1
-    wait_for(lambda: stalling.open_connections == 0)
-    wait_for(lambda: _in_flight(gateway) == 0)
+    wait_until(lambda: stalling.open_connections == 0, timeout=5)
+    wait_until(lambda: _in_flight(gateway) == 0, timeout=5)
 
 
 def test_the_deadline_answers_in_the_protocol_of_the_path(gateway: GatewayThread, stalling: StallingUpstream) -> None:
@@ -119,8 +135,8 @@ def test_a_stream_that_goes_silent_ends_with_an_error_event_after_the_idle_timeo
     assert STREAM_IDLE_MS / 1000 <= elapsed < STREAM_IDLE_MS / 1000 + 1
     last = json.loads(lines[-1].removeprefix("data: ")) if lines[-1] != "data: [DONE]" else None
     assert last is not None and "error" in last, lines
-    wait_for(lambda: stalling.open_connections == 0)
-    wait_for(lambda: _in_flight(gateway) == 0)
+    wait_until(lambda: stalling.open_connections == 0, timeout=5)
+    wait_until(lambda: _in_flight(gateway) == 0, timeout=5)
 
 
 def test_a_slow_stream_outlives_the_request_deadline(gateway: GatewayThread, stalling: StallingUpstream) -> None:
@@ -150,13 +166,13 @@ def test_a_client_gone_mid_request_closes_the_upstream_connection_at_once(
 ) -> None:
     stalling.reset("never")
     sock = _raw_request(gateway.url, "/v1/chat/completions", CHAT)
-    wait_for(lambda: stalling.requests == 1)
+    wait_until(lambda: stalling.requests == 1, timeout=5)
     left = time.monotonic()
     sock.close()
-    wait_for(lambda: stalling.open_connections == 0, timeout=2)
+    wait_until(lambda: stalling.open_connections == 0, timeout=2)
     closed_at = stalling.connections[0].closed_at
     assert closed_at is not None and closed_at - left < 0.1
-    wait_for(lambda: _in_flight(gateway) == 0)
+    wait_until(lambda: _in_flight(gateway) == 0, timeout=5)
     assert 'status="499"' in gateway.metrics_text
 
 
@@ -168,10 +184,10 @@ def test_a_client_gone_mid_stream_closes_the_upstream_connection_at_once(
     assert sock.recv(65536).startswith(b"HTTP/1.1 200")
     left = time.monotonic()
     sock.close()
-    wait_for(lambda: stalling.open_connections == 0, timeout=2)
+    wait_until(lambda: stalling.open_connections == 0, timeout=2)
     closed_at = stalling.connections[0].closed_at
     assert closed_at is not None and closed_at - left < 0.1
-    wait_for(lambda: _in_flight(gateway) == 0)
+    wait_until(lambda: _in_flight(gateway) == 0, timeout=5)
 
 
 # Overload
@@ -195,14 +211,11 @@ def _post_status(url: str) -> tuple[int, dict[str, str]]:
 
 
 def test_requests_beyond_max_concurrent_requests_are_refused_with_503(stalling: StallingUpstream) -> None:
-    thread = GatewayThread(_document(stalling.url, {"max_concurrent_requests": 50, "request_timeout_ms": 20000}))
-    thread.start()
-    try:
-        stalling.reset("hold")
+    with _holding(stalling, {"max_concurrent_requests": 50, "request_timeout_ms": 20000}) as thread:
         rss_before = _rss_kb()
         with concurrent.futures.ThreadPoolExecutor(200) as pool:
             futures = [pool.submit(_post_status, thread.url) for _ in range(200)]
-            wait_for(lambda: sum(future.done() for future in futures) == 150, timeout=20)
+            wait_until(lambda: sum(future.done() for future in futures) == 150, timeout=20)
             assert stalling.requests == 50
             refused = [future.result() for future in futures if future.done()]
             assert {status for status, _ in refused} == {503}
@@ -211,21 +224,15 @@ def test_requests_beyond_max_concurrent_requests_are_refused_with_503(stalling: 
             statuses = [future.result()[0] for future in futures]
         assert statuses.count(200) == 50 and statuses.count(503) == 150
         assert _rss_kb() - rss_before < 100 * 1024
-        wait_for(lambda: _in_flight(thread) == 0)
+        wait_until(lambda: _in_flight(thread) == 0, timeout=5)
         stalling.reset("ok")
         assert httpx.post(f"{thread.url}/v1/chat/completions", json=CHAT).status_code == 200
-    finally:
-        stalling.release()
-        thread.stop()
 
 
 def test_an_overloaded_gateway_answers_without_reading_the_body(stalling: StallingUpstream) -> None:
-    thread = GatewayThread(_document(stalling.url, {"max_concurrent_requests": 1, "request_timeout_ms": 20000}))
-    thread.start()
-    try:
-        stalling.reset("hold")
+    with _holding(stalling, {"max_concurrent_requests": 1, "request_timeout_ms": 20000}) as thread:
         busy = _raw_request(thread.url, "/v1/messages", MESSAGES)
-        wait_for(lambda: stalling.requests == 1)
+        wait_until(lambda: stalling.requests == 1, timeout=5)
         host, port = thread.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: gw\r\ncontent-length: 1000000\r\n\r\n")
@@ -235,45 +242,28 @@ def test_an_overloaded_gateway_answers_without_reading_the_body(stalling: Stalli
         assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["type"] == "overloaded_error"
         stalling.release()
         busy.close()
-    finally:
-        stalling.release()
-        thread.stop()
 
 
 def test_a_full_upstream_pool_answers_503_after_the_wait(stalling: StallingUpstream) -> None:
-    document = _document(stalling.url, {"request_timeout_ms": 20000}, max_connections=2, max_connections_wait_ms=200)
-    thread = GatewayThread(document).start()
-    try:
-        stalling.reset("hold")
-        with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            held = [pool.submit(_post_status, thread.url) for _ in range(2)]
-            wait_for(lambda: stalling.requests == 2)
-            started = time.monotonic()
-            status, headers = _post_status(thread.url)
-            assert status == 503 and headers["retry-after"] == "1"
-            assert 0.2 <= time.monotonic() - started < 2
-            assert len(stalling.connections) == 2
-            stalling.release()
-            assert [future.result()[0] for future in held] == [200, 200]
-    finally:
+    with _pool_limited(stalling, 2, wait_ms=200) as thread, concurrent.futures.ThreadPoolExecutor(3) as pool:
+        held = [pool.submit(_post_status, thread.url) for _ in range(2)]
+        wait_until(lambda: stalling.requests == 2, timeout=5)
+        started = time.monotonic()
+        status, headers = _post_status(thread.url)
+        assert status == 503 and headers["retry-after"] == "1"
+        assert 0.2 <= time.monotonic() - started < 2
+        assert len(stalling.connections) == 2
         stalling.release()
-        thread.stop()
+        assert [future.result()[0] for future in held] == [200, 200]
 
 
 def test_a_request_waiting_for_a_pooled_connection_gets_the_next_one_freed(stalling: StallingUpstream) -> None:
-    document = _document(stalling.url, {"request_timeout_ms": 20000}, max_connections=1, max_connections_wait_ms=5000)
-    thread = GatewayThread(document).start()
-    try:
-        stalling.reset("hold")
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            futures = [pool.submit(_post_status, thread.url) for _ in range(2)]
-            wait_for(lambda: stalling.requests == 1)
-            stalling.release()
-            assert [future.result()[0] for future in futures] == [200, 200]
-        assert len(stalling.connections) == 1
-    finally:
+    with _pool_limited(stalling, 1, wait_ms=5000) as thread, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(_post_status, thread.url) for _ in range(2)]
+        wait_until(lambda: stalling.requests == 1, timeout=5)
         stalling.release()
-        thread.stop()
+        assert [future.result()[0] for future in futures] == [200, 200]
+        assert len(stalling.connections) == 1
 
 
 # HTTP/1.1 strictness at the edge

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.gatewayproxy.harness import KEYS_VAULT, GatewayThread, fallback_route, keyed_destination, vault_keys
 
 pytestmark = pytest.mark.e2e
 STORED = {
@@ -29,38 +29,27 @@ STORED = {
 def gateway(primary: FakeProvider) -> Iterator[GatewayThread]:
     """`az-*` creates and `x-target: azure` reads go to cloud vendor C's v1 API; `dated-*` creates and
     `x-target: dated` reads to its dated form; other reads to vendor A."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("VAULT__KEYS__A", "provider-a-key")
-    patch.setenv("VAULT__KEYS__C", "azure-key")
-
-    def route(name: str, match: dict[str, Any], destination: str) -> dict[str, Any]:
-        targets = [{"destination": destination}]
-        return {"name": name, "match": match, "strategy": {"mode": "fallback", "targets": targets}}
-
-    azure = {"kind": "cloud_vendor_c", "credentials": {"vault": "keys", "credential_id": "c"}}
     document = {
-        "vaults": [{"name": "keys", "resolver": "env"}],
+        "vaults": [KEYS_VAULT],
         "destinations": {
-            "openai": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "keys", "credential_id": "a"},
-            },
-            "azure": {**azure, "base_url": f"{primary.url}/openai/v1", "model_map": {"az-4o": "dep-4o"}},
-            "azure_dated": {**azure, "base_url": primary.url, "api_version": "2025-04-01-preview"},
+            "openai": keyed_destination("vendor_a", f"{primary.url}/v1", "a"),
+            "azure": keyed_destination(
+                "cloud_vendor_c", f"{primary.url}/openai/v1", "c", model_map={"az-4o": "dep-4o"}
+            ),
+            "azure_dated": keyed_destination("cloud_vendor_c", primary.url, "c", api_version="2025-04-01-preview"),
         },
         "routes": [
-            route("az", {"model": "az-*"}, "azure"),
-            route("dated", {"model": "dated-*"}, "azure_dated"),
-            route("az_items", {"path": "/v1/responses/*", "header": {"x-target": "azure"}}, "azure"),
-            route("dated_items", {"path": "/v1/responses/*", "header": {"x-target": "dated"}}, "azure_dated"),
-            route("items", {"path": "/v1/responses/*"}, "openai"),
+            fallback_route("az", {"model": "az-*"}, "azure"),
+            fallback_route("dated", {"model": "dated-*"}, "azure_dated"),
+            fallback_route("az_items", {"path": "/v1/responses/*", "header": {"x-target": "azure"}}, "azure"),
+            fallback_route("dated_items", {"path": "/v1/responses/*", "header": {"x-target": "dated"}}, "azure_dated"),
+            fallback_route("items", {"path": "/v1/responses/*"}, "openai"),
         ],
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
-    patch.undo()
+    with vault_keys(a="provider-a-key", c="azure-key"):
+        running = GatewayThread(document).start()
+        yield running
+        running.stop()
 
 
 def test_a_create_on_cloud_vendor_c_uses_the_v1_path(gateway: GatewayThread, primary: FakeProvider) -> None:

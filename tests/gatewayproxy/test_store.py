@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import wait_ready
 from tests.gatewayproxy.store_harness import import_document, provider_document
 from tests.support import live
+from tests.support.waiting import wait_until
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -133,10 +133,9 @@ def test_rungateway_database_workers_serve_and_converge(
         written = httpx.put(f"http://{admin}/admin/v1/routes/other", json=route)  # reaches one of the workers
         assert written.status_code == 200, written.text
         assert selectors.config_version() == 2
-        deadline = time.monotonic() + 10
-        while not all(status_of("other") == 200 for _ in range(10)):
-            assert time.monotonic() < deadline, "a worker still serves the old config"
-            time.sleep(0.1)
+        wait_until(
+            lambda: all(status_of("other") == 200 for _ in range(10)), timeout=10, what="every worker to serve v2"
+        )
     finally:
         live.stop(process)
         output = process.communicate()[0].decode()

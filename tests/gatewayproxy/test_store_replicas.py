@@ -21,6 +21,7 @@ from tests.gatewayproxy.store_harness import (
     import_document,
     provider_document,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, STORE_ONLY_DATABASE]
 ROUTE = {"match": {"model": "new"}, "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}
@@ -44,9 +45,7 @@ def status_of(gateway: BuiltGatewayThread, model: str) -> int:
 def until(condition: object, timeout: float = 10.0) -> float:
     """Seconds until `condition()` held."""
     started = time.monotonic()
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() - started < timeout, "condition not reached in time"
-        time.sleep(0.02)
+    wait_until(condition, timeout=timeout)  # type: ignore[arg-type]
     return time.monotonic() - started
 
 

@@ -3,18 +3,15 @@ translated requests, tags from the allowlist, and no record for a request that n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes
-from tests.support.waiting import wait_until
+from tests.gatewayproxy.sinks_support import HI, StdoutRecords, static_vault, two_shapes
 
 pytestmark = pytest.mark.e2e
 
@@ -31,26 +28,6 @@ def gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> I
     running = GatewayThread(document).start()
     yield running
     running.stop()
-
-
-class StdoutRecords:
-    """The JSON lines the stdout sink printed so far."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-        self.lines: list[dict[str, Any]] = []
-
-    def of(self, request_id: str) -> dict[str, Any]:
-        """The record of one request, waiting for it."""
-
-        def found() -> dict[str, Any] | None:
-            self.lines += [
-                json.loads(line) for line in self.capsys.readouterr().out.splitlines() if line.startswith("{")
-            ]
-            return next((record for record in self.lines if record["request_id"] == request_id), None)
-
-        record: dict[str, Any] = wait_until(found, what=f"the usage record of {request_id}")
-        return record
 
 
 def test_plain_request_record(gateway: GatewayThread, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
-"""Fixtures of the observability tests: the runtime tests' fake model, MCP server, live registry and
-child environment (imported, so both packages start their processes the same way), and helpers to
+"""Fixtures of the observability tests: the shared fake model, MCP server, live registry and child
+environment (tests/support/runtime_fixtures.py, as the runtime tests use them), and helpers to
 start `runsessions` / `runtriggers` / daphne with their health or metrics ports and read what they expose.
 """
 
@@ -18,9 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import make_tenant
-from tests.runtime.conftest import child_env, fake_model, model, registry, sdk, shop, shop_server
-from tests.runtime.helpers import MODEL, Conversation, LiveRegistry, Process
+from tests.runtime.helpers import MODEL, Conversation
 from tests.support.live import free_port
+from tests.support.processes import LiveRegistry, Process, healthy
+from tests.support.runtime_fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
 from tests.support.waiting import wait_until
 
 __all__ = ["child_env", "fake_model", "model", "registry", "sdk", "shop", "shop_server"]
@@ -87,19 +88,12 @@ def start_daphne(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable
         port = free_port()
         command = [sys.executable, "-m", "daphne", "-b", "0.0.0.0", "-p", str(port), "settings.asgi:application"]
         started.append(Process(command, env={**child_env, **environment}, log=tmp_path / f"daphne-{port}.log"))
-        wait_until(lambda: answers(f"http://127.0.0.1:{port}/healthz"), timeout=60, what="daphne to start")
+        wait_until(lambda: healthy(f"http://127.0.0.1:{port}"), timeout=60, what="daphne to start")
         return port
 
     yield start
     for process in started:
         process.stop()
-
-
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def outside_address() -> str:

@@ -10,17 +10,11 @@ import pytest
 
 from tests.observability.conftest import sample
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import of_type, shop_agent, stop_reasons, text_of
+from tests.runtime.helpers import WEATHER_TOOL, of_type, shop_agent, stop_reasons, text_of
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-WEATHER_TOOL = {
-    "type": "custom",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 TOOLSET = {"type": "agent_toolset_20260401", "configs": []}
 DRAIN_SECONDS = 2
 # Longer than the test waits for the hand-over: a takeover then proves the lease was released and the

@@ -14,6 +14,7 @@ from django.utils import timezone
 from registry.files.models import File
 from tests.conftest import make_tenant
 from tests.registry.helpers import assert_error
+from tests.support.clients import registry_client
 from tests.support.live import live_registry
 from tests.support.uploads import multipart, stored_objects
 
@@ -196,13 +197,7 @@ def test_session_file_resource_must_exist_in_the_workspace(api, uploads_dir, oth
 @pytest.mark.django_db(transaction=True)
 def test_reference_client(live_server, uploads_dir):
     tenant = make_tenant("sdk-files")
-    client = anthropic.Anthropic(
-        base_url=live_server.url,
-        api_key=None,
-        auth_token=None,
-        default_headers={"x-api-key": tenant.api_key},
-        max_retries=0,
-    )
+    client = registry_client(live_server.url, tenant.api_key)
     uploaded = client.beta.files.upload(file=("a.txt", b"hello, files", "text/plain"))
     assert uploaded.id.startswith("file_") and uploaded.filename == "a.txt" and uploaded.mime_type == "text/plain"
     assert uploaded.size_bytes == 12 and uploaded.downloadable is True and uploaded.expires_at is None

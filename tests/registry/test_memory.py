@@ -13,6 +13,7 @@ import pytest
 from registry.memory.models import Memory, MemoryVersion
 from tests.conftest import make_tenant
 from tests.registry.helpers import assert_error
+from tests.support.clients import registry_client
 
 
 def sha(text: str) -> str:
@@ -230,13 +231,7 @@ def test_racing_writers_with_one_precondition_exactly_one_wins(live_server):
 @pytest.mark.django_db(transaction=True)
 def test_reference_client(live_server):
     tenant = make_tenant("sdk")
-    sdk = anthropic.Anthropic(
-        base_url=live_server.url,
-        api_key=None,
-        auth_token=None,
-        default_headers={"x-api-key": tenant.api_key},
-        max_retries=0,
-    )
+    sdk = registry_client(live_server.url, tenant.api_key)
     store = sdk.beta.memory_stores.create(name="Notes", description="d", metadata={"k": "v"})
     assert store.id.startswith("mems_") and store.metadata == {"k": "v"}
     memory = sdk.beta.memory_stores.memories.create(store.id, path="/a/b.md", content="hello")

@@ -9,6 +9,7 @@ from registry.runtime.credentials import bearer_for
 from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
 from tests.conftest import make_tenant
+from tests.support.clients import registry_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,13 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def sdk(live_server):
     tenant = make_tenant("sdk")
-    return anthropic.Anthropic(
-        base_url=live_server.url,
-        api_key=None,
-        auth_token=None,
-        default_headers={"x-api-key": tenant.api_key},
-        max_retries=0,
-    )
+    return registry_client(live_server.url, tenant.api_key)
 
 
 def test_agents_through_reference_client(sdk):

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +23,7 @@ from registry.triggers.models import Trigger, TriggerFire
 from registry.triggers.schedule import next_fire_after
 from registry.triggers.scheduler import run_once
 from tests.support import live
+from tests.support.waiting import wait_until
 
 MINUTE = timedelta(minutes=1)
 
@@ -309,9 +309,9 @@ def test_runtriggers_loop_fires_an_overdue_trigger_and_stops_on_sigterm(make_tri
     Trigger.objects.filter(pk=trigger.pk).update(next_fire_at=overdue)
     process = runtriggers("--poll-seconds", "0.1")
     try:
-        deadline = time.monotonic() + 60
-        while not TriggerFire.objects.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.1)
+        wait_until(
+            lambda: TriggerFire.objects.exists() or process.poll() is not None, timeout=60, what="the overdue fire"
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)

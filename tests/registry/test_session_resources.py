@@ -8,15 +8,14 @@ import pytest
 from registry.core.secrets import unseal
 from registry.sessions.models import Session
 from tests.conftest import make_tenant
+from tests.support.clients import registry_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def client_for(live_server, name: str) -> anthropic.Anthropic:
     tenant = make_tenant(name)
-    return anthropic.Anthropic(
-        base_url=live_server.url, api_key=None, default_headers={"x-api-key": tenant.api_key}, max_retries=0
-    )
+    return registry_client(live_server.url, tenant.api_key)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 from registry.skills.models import Skill, SkillFile
 from tests.conftest import make_tenant
 from tests.registry.helpers import assert_error
+from tests.support.clients import registry_client
 from tests.support.uploads import multipart, stored_objects
 
 pytestmark = pytest.mark.usefixtures("uploads_dir")
@@ -205,13 +206,7 @@ def test_agent_custom_skills_must_exist(api, other_tenant):
 @pytest.mark.django_db(transaction=True)
 def test_reference_client(live_server, uploads_dir):
     tenant = make_tenant("sdk-skills")
-    client = anthropic.Anthropic(
-        base_url=live_server.url,
-        api_key=None,
-        auth_token=None,
-        default_headers={"x-api-key": tenant.api_key},
-        max_retries=0,
-    )
+    client = registry_client(live_server.url, tenant.api_key)
     files = [(name, data, "text/markdown") for name, data in BUNDLE.items()]
     skill = client.beta.skills.create(files=files, display_name="PDF")
     assert skill.id.startswith("skill_") and skill.display_name == "PDF" and skill.source.type == "custom"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import uuid
 
-import anthropic
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -17,6 +16,7 @@ from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
 from tests.conftest import make_tenant
 from tests.registry.helpers import assert_error
+from tests.support.clients import registry_client
 
 
 @pytest.fixture
@@ -252,13 +252,7 @@ def test_secret_canary(api, vault, client, caplog):
 @pytest.mark.django_db(transaction=True)
 def test_reference_client(live_server):
     tenant = make_tenant("sdk")
-    sdk = anthropic.Anthropic(
-        base_url=live_server.url,
-        api_key=None,
-        auth_token=None,
-        default_headers={"x-api-key": tenant.api_key},
-        max_retries=0,
-    )
+    sdk = registry_client(live_server.url, tenant.api_key)
     vault = sdk.beta.vaults.create(display_name="keys", metadata={"k": "v"})
     assert vault.id.startswith("vlt_")
     credential = sdk.beta.vaults.credentials.create(

@@ -2,49 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import anthropic
 
 from tests.runtime import fake_model as replies
+from tests.support.processes import Process
 from tests.support.waiting import wait_until
 
 MODEL = "claude-test-model"
-
-
-class Process:
-    """A child process whose output goes to a log file, stopped with SIGTERM (then SIGKILL)."""
-
-    def __init__(self, command: list[str], *, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        with log.open("wb") as output:
-            self.popen = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=os.getcwd())
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        self.popen.send_signal(signal.SIGKILL)
-        self.popen.wait(timeout=10)
-
-    def signal(self, signum: int) -> None:
-        self.popen.send_signal(signum)
-
-    def stop(self) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.popen.returncode
+WEATHER_TOOL = {
+    "type": "custom",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
 @dataclass
@@ -65,14 +40,6 @@ class WorkerPool:
         self.resume()
         for process in self.processes:
             process.stop()
-
-
-@dataclass(frozen=True)
-class LiveRegistry:
-    """daphne serving the registry, and where."""
-
-    url: str
-    process: Process
 
 
 def shop_agent(shop: Any, policy: str = "always_allow", configs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -141,15 +108,18 @@ class Conversation:
         self, done: Callable[[list[dict[str, Any]]], bool], *, timeout: float = 20, native: bool = False
     ) -> list[dict[str, Any]]:
         """Poll the event list until `done` holds; on timeout fail with the log and the workers' output."""
-        deadline = time.monotonic() + timeout
-        while True:
-            events = self.events(native=native)
-            if done(events):
-                return events
-            if time.monotonic() > deadline:
-                logs = "\n".join(process.log_tail() for process in self.processes)
-                raise AssertionError(f"timed out; events: {[e['type'] for e in events]}\n{logs}")
-            time.sleep(0.1)
+        events: list[dict[str, Any]] = []
+
+        def reached() -> bool:
+            events[:] = self.events(native=native)
+            return done(events)
+
+        try:
+            wait_until(reached, timeout=timeout, interval=0.1, what="the session's events")
+        except AssertionError:
+            logs = "\n".join(process.log_tail() for process in self.processes)
+            raise AssertionError(f"timed out; events: {[e['type'] for e in events]}\n{logs}") from None
+        return events
 
     def wait_idle(self, count: int = 1, **options: Any) -> list[dict[str, Any]]:
         """The events once the session went idle `count` times."""

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+
+from tests.support.waiting import wait_until
 
 
 class ShopMcpServer:
@@ -42,9 +43,7 @@ class ShopMcpServer:
         self.uvicorn = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.listener]}, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.uvicorn.started and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: self.uvicorn.started, timeout=10, what="uvicorn to start")
 
     def _recording(self, app: Any) -> Any:
         """Wrap the ASGI app to record each HTTP request's Authorization header."""

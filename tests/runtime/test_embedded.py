@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import pytest
 
 from tests.runtime import fake_model as replies
 from tests.runtime.fake_model import FakeModel
+from tests.support.clients import registry_client
 from tests.support.live import ROOT, live_registry_process
 
 pytestmark = [pytest.mark.e2e]
@@ -48,7 +48,7 @@ def embedded_registry(fake_model: FakeModel, tmp_path: Path) -> Iterator[tuple[s
 def test_deltas_stream_with_the_runtime_embedded(fake_model, embedded_registry):
     fake_model.reset()
     url, key = embedded_registry
-    sdk = anthropic.Anthropic(base_url=url, api_key=None, default_headers={"x-api-key": key}, max_retries=0)
+    sdk = registry_client(url, key)
     agent = sdk.beta.agents.create(name="embedded", model="claude-test-model")
     environment = sdk.beta.environments.create(name="env")
     session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)

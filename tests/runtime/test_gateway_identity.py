@@ -15,8 +15,9 @@ from registry.sessions.models import Session
 from tests.gatewayproxy.harness import GatewayThread
 from tests.runtime import fake_model as replies
 from tests.runtime.fake_model import FakeModel
-from tests.runtime.helpers import LiveRegistry, of_type, text_of
+from tests.runtime.helpers import of_type, text_of
 from tests.runtime.mcp_server import ShopMcpServer
+from tests.support.processes import LiveRegistry
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -12,17 +12,10 @@ import jwt
 import pytest
 
 from tests.runtime import fake_model as replies
-from tests.runtime.helpers import MODEL, of_type, shop_agent, stop_reasons, text_of, transcript
+from tests.runtime.helpers import MODEL, WEATHER_TOOL, of_type, shop_agent, stop_reasons, text_of, transcript
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-WEATHER_TOOL = {
-    "type": "custom",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 def test_text_turn(model, open_session):

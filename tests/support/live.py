@@ -10,12 +10,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 from django.db import connection
+
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,15 +45,14 @@ def test_database_url() -> str:
 
 
 def wait_until_up(url: str, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def up() -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"server exited early with {process.returncode}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up in {timeout} s")
+            return httpx.get(url, timeout=1).status_code == 200
+        return False
+
+    wait_until(up, timeout=timeout, what=f"{url} to come up")
 
 
 @contextlib.contextmanager
@@ -92,6 +92,13 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+def accepts(port: int) -> bool:
+    """Whether something accepts TCP connections on the loopback `port`."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+        return True
+    return False
+
+
 @contextlib.contextmanager
 def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A throwaway redis-server on its own port (stopping it disturbs nothing else)."""
@@ -105,11 +112,7 @@ def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            time.sleep(0.05)
+        wait_until(lambda: accepts(port), timeout=10, what="redis-server to accept connections")
         yield f"redis://127.0.0.1:{port}/0", process
     finally:
         process.kill()

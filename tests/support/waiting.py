@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_until(condition: Callable[[], Any], *, timeout: float = 20, what: str = "condition") -> Any:
-    """Poll `condition` until it returns something truthy; that value is returned."""
+def wait_until(
+    condition: Callable[[], Any], *, timeout: float = 20, what: str = "condition", interval: float = 0.02
+) -> Any:
+    """Poll `condition` every `interval` seconds until it returns something truthy; that value is returned."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -16,4 +18,4 @@ def wait_until(condition: Callable[[], Any], *, timeout: float = 20, what: str =
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(interval)
