@@ -127,7 +127,7 @@ def test_streamed_hit_replayed_to_the_vendor_a_sdk(gateway: GatewayThread, prima
     whole = client.with_raw_response.chat.completions.create(model="a-large", messages=HI)  # type: ignore[arg-type]
     assert whole.headers["x-gateway-cache"] == "miss"
     text = whole.parse().choices[0].message.content
-    stream = client.with_raw_response.chat.completions.create(
+    stream = client.with_raw_response.chat.completions.create(  # type: ignore[call-overload]
         model="a-large",
         messages=HI,  # type: ignore[arg-type]
         stream=True,

@@ -140,6 +140,7 @@ def test_own_family_tools_and_tool_results(vaulted: GatewayThread, google: FakeG
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls is not None
     call = choice.message.tool_calls[0]
+    assert call.type == "function"
     assert call.function.name == "weather" and json.loads(call.function.arguments) == TOOL_INPUT  # type: ignore[union-attr]
     sent = google.seen[-1].body
     assert sent["tools"] == [

@@ -63,7 +63,7 @@ def fresh(primary: FakeProvider, secondary: FakeProvider) -> None:
 
 
 def test_chat_fields_arrive_as_messages_fields(gateway: GatewayThread, secondary: FakeProvider) -> None:
-    gateway.openai.chat.completions.create(
+    gateway.openai.chat.completions.create(  # type: ignore[call-overload]
         model="b-one",
         messages=[
             {
@@ -126,7 +126,7 @@ def test_chat_fields_arrive_as_messages_fields(gateway: GatewayThread, secondary
 def test_tool_choice_modes_towards_messages(
     gateway: GatewayThread, secondary: FakeProvider, choice: str, expected: str
 ) -> None:
-    gateway.openai.chat.completions.create(
+    gateway.openai.chat.completions.create(  # type: ignore[call-overload]
         model="b-one",
         messages=[{"role": "user", "content": "hi"}],
         tools=[{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],

@@ -39,7 +39,7 @@ def workers(
     keys = [{"sha256": hashlib.sha256(b"key-alice").hexdigest(), "principal": "alice", "scope": {"team": "red"}}]
     (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token", "model": "model-key"}))
-    document = {
+    document: dict[str, Any] = {
         "server": {"listen": f"127.0.0.1:{free_port()}", "admin_listen": f"127.0.0.1:{free_port()}"},
         "identity": {
             "scope_dims": ["team"],
@@ -111,7 +111,7 @@ def test_sse_messages_reach_the_stream_from_any_worker(workers: tuple[dict[str, 
         ]
         for message in messages:
             assert fresh("POST", f"{data}{endpoint}", json=message, headers=auth).status_code == 202
-        answers = []
+        answers: list[dict[str, Any]] = []
         while len(answers) < 13:
             line = next(lines)
             if line.startswith("data: "):
