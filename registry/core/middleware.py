@@ -3,8 +3,9 @@ runs, and array query parameters. Each middleware works sync and async, so ASGI 
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -19,7 +20,8 @@ from registry.core.ids import new_id
 
 
 class DualModeMiddleware:
-    """Base: `before` may answer early; `after` may change the response. Runs sync or async alike."""
+    """Base: `before` may answer early; `after` may change the response; `around` wraps the request in a
+    context. Runs sync or async alike."""
 
     sync_capable = True
     async_capable = True
@@ -33,12 +35,18 @@ class DualModeMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if self.is_async:
             return self.__acall__(request)
-        early = self.before(request)
-        return self.after(request, early if early is not None else self.get_response(request))
+        with self.around(request):
+            early = self.before(request)
+            return self.after(request, early if early is not None else self.get_response(request))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        early = self.before(request)
-        return self.after(request, early if early is not None else await self.get_response(request))
+        with self.around(request):
+            early = self.before(request)
+            return self.after(request, early if early is not None else await self.get_response(request))
+
+    def around(self, request: HttpRequest) -> AbstractContextManager[object]:
+        """A context the whole request runs in (none by default)."""
+        return contextlib.nullcontext()
 
     def before(self, request: HttpRequest) -> HttpResponse | None:
         return None
@@ -58,38 +66,27 @@ class RequestIdMiddleware(DualModeMiddleware):
         return response
 
 
-class TracingMiddleware:
+class TracingMiddleware(DualModeMiddleware):
     """A server span per request (`POST /v1/sessions/{id}/events`), continuing the caller's W3C `traceparent`
     or starting a trace, and current while the view runs, so the user events it appends carry it (see
     `tracing.TRACEPARENT_FIELD`). Probes and scrapes are not traced."""
 
-    sync_capable = True
-    async_capable = True
     UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
 
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        if self.is_async:
-            return self.__acall__(request)
+    @contextlib.contextmanager
+    def around(self, request: HttpRequest) -> Iterator[object]:
         if request.path in self.UNTRACED:
-            return self.get_response(request)  # type: ignore[no-any-return]
+            yield None
+            return
         with self.span(request) as span:
-            response: HttpResponse = self.get_response(request)
-            finish_span(span, request, response)
-            return response
+            request.trace_span = span  # type: ignore[attr-defined]
+            yield span
 
-    async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        if request.path in self.UNTRACED:
-            return await self.get_response(request)  # type: ignore[no-any-return]
-        with self.span(request) as span:
-            response: HttpResponse = await self.get_response(request)
+    def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        span = getattr(request, "trace_span", None)
+        if span is not None:
             finish_span(span, request, response)
-            return response
+        return response
 
     @staticmethod
     def span(request: HttpRequest) -> AbstractContextManager[Span]:

@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from registry.agents.services import SPEC_FIELDS
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer, TaggedUnionField
 from registry.core.serialization import ResponseSerializer, timestamp
 from registry.core.tracing import TRACEPARENT_FIELD
@@ -164,17 +165,8 @@ class SessionUpdateSerializer(StrictSerializer):
     budget = BudgetSerializer(required=False, allow_null=True)
 
 
-AGENT_SNAPSHOT_FIELDS = (
-    "name",
-    "description",
-    "model",
-    "system",
-    "tools",
-    "mcp_servers",
-    "skills",
-    "execution_identity",
-    "multiagent",
-)
+# The agent as a session shows it: its spec at the pinned version, without the agent's metadata.
+AGENT_SNAPSHOT_FIELDS = tuple(field for field in SPEC_FIELDS if field != "metadata")
 
 
 class SessionSerializer(ResponseSerializer):
