@@ -20,6 +20,7 @@ from pydantic import Field
 from gatewayproxy.config.kinds import canonical_kind
 from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
+from gatewayproxy.plugins.outage import Outage
 
 logger = logging.getLogger("gatewayproxy.cache")
 KEY = "plugins.cache"
@@ -127,55 +128,30 @@ class RedisExactCache:
         )
         self.client: Any = redis.Redis.from_pool(pool)
         self.timeout = options.timeout_ms / 1000
-        self.retry_interval = options.retry_interval_ms / 1000
-        self.down_since: float | None = None
-        self.next_probe = 0.0
-
-    def _usable(self) -> bool:
-        if self.down_since is None:
-            return True
-        now = time.monotonic()
-        if now < self.next_probe:
-            return False
-        self.next_probe = now + self.retry_interval
-        return True
-
-    def _failed(self, error: BaseException) -> None:
-        now = time.monotonic()
-        self.next_probe = now + self.retry_interval
-        if self.down_since is None:
-            self.down_since = now
-            logger.warning(
-                "cache %s: redis is unreachable or slow (%s); serving misses", self.name, type(error).__name__
-            )
-
-    def _answered(self) -> None:
-        if self.down_since is not None:
-            logger.warning("cache %s: redis answers again after %.1f s", self.name, time.monotonic() - self.down_since)
-            self.down_since = None
+        self.outage = Outage(f"cache {name}", options.retry_interval_ms / 1000, while_down="serving misses")
 
     async def get(self, key: str) -> bytes | None:
-        if not self._usable():
+        if not self.outage.should_try():
             return None
         try:
             async with asyncio.timeout(self.timeout):
                 found = await self.client.get(self.options.key_prefix + key)
         except self.failures as error:
-            self._failed(error)
+            self.outage.failed(error)
             return None
-        self._answered()
+        self.outage.recovered()
         return found if isinstance(found, bytes) else None
 
     async def put(self, key: str, entry: bytes) -> None:
-        if not self._usable():
+        if not self.outage.should_try():
             return
         try:
             async with asyncio.timeout(self.timeout):
                 await self.client.set(self.options.key_prefix + key, entry, ex=self.options.ttl_secs)
         except self.failures as error:
-            self._failed(error)
+            self.outage.failed(error)
             return
-        self._answered()
+        self.outage.recovered()
 
     async def close(self) -> None:
         with contextlib.suppress(*self.failures):

@@ -22,6 +22,7 @@ from pydantic import Field
 from gatewayproxy.config.kinds import canonical_kind
 from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
+from gatewayproxy.plugins.outage import Outage
 
 logger = logging.getLogger("gatewayproxy.limits")
 SCRIPT = (Path(__file__).parent / "rate_limits.lua").read_text(encoding="utf-8")
@@ -201,51 +202,6 @@ class LimiterMetrics:
         )
 
 
-class Outage:
-    """Whether the shared store is down; while it is, one probe per interval tries it again."""
-
-    def __init__(self, name: str, retry_interval: float, metrics: LimiterMetrics) -> None:
-        self.name = name
-        self.retry_interval = retry_interval
-        self.metrics = metrics
-        self.down_since: float | None = None
-        self.next_probe = 0.0
-
-    def should_try(self) -> bool:
-        """True when the store is up, or when it is time for the next probe."""
-        if self.down_since is None:
-            return True
-        now = time.monotonic()
-        if now < self.next_probe:
-            return False
-        self.next_probe = now + self.retry_interval
-        return True
-
-    def failed(self, error: BaseException) -> None:
-        """The store did not answer; logs once per outage."""
-        now = time.monotonic()
-        self.next_probe = now + self.retry_interval
-        if self.down_since is None:
-            self.down_since = now
-            self.metrics.degraded.labels(self.name).set(1)
-            logger.warning(
-                "rate limiter %s: redis is unreachable (%s); failing over until it answers again",
-                self.name,
-                type(error).__name__,
-            )
-
-    def recovered(self) -> None:
-        """The store answered again."""
-        if self.down_since is not None:
-            logger.warning(
-                "rate limiter %s: redis answers again after %.1f s; back to shared limits",
-                self.name,
-                time.monotonic() - self.down_since,
-            )
-            self.down_since = None
-            self.metrics.degraded.labels(self.name).set(0)
-
-
 class RedisWindowStore:
     """Sliding windows and budget counters in Redis; one Lua call per acquisition or adjustment."""
 
@@ -276,7 +232,12 @@ class RedisWindowStore:
         )
         self.client = redis.Redis.from_pool(pool)
         self.script = self.client.register_script(SCRIPT)
-        self.outage = Outage(name, options.retry_interval_ms / 1000, metrics)
+        self.outage = Outage(
+            f"rate limiter {name}",
+            options.retry_interval_ms / 1000,
+            while_down="failing over until it answers again",
+            on_change=lambda down: metrics.degraded.labels(name).set(int(down)),
+        )
         self._settlements: list[tuple[Charge, int, int]] = []
         self._settling: asyncio.Task[None] | None = None
 
