@@ -63,18 +63,33 @@ def live_registry(**environment: str) -> Iterator[str]:
         yield url
 
 
+def listening_socket() -> socket.socket:
+    """A loopback socket bound to a port the kernel chose and already listening: handed to a child process
+    (`daphne_command`), it cannot be taken by anyone else between the choice and the child's start."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    listener.set_inheritable(True)
+    return listener
+
+
+def daphne_command(listener: socket.socket) -> list[str]:
+    """daphne serving the registry on the socket `listener` (pass its fd to the child: `pass_fds`)."""
+    return [sys.executable, "-m", "daphne", "--fd", str(listener.fileno()), "settings.asgi:application"]
+
+
 @contextlib.contextmanager
 def live_registry_process(env: dict[str, str]) -> Iterator[str]:
     """Run `daphne settings.asgi:application` with exactly this environment; yields its root URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
+    with listening_socket() as listener, tempfile.TemporaryFile() as log:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "settings.asgi:application"],
+            daphne_command(listener),
             cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            pass_fds=(listener.fileno(),),
         )
         try:
             wait_until_up(f"{url}/healthz", process)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from django.db import connections
 
-from tests.support.live import free_port
+from tests.support.live import daphne_command, listening_socket
 from tests.support.waiting import wait_until
 
 MODEL_KEY = "test-model-key"
@@ -24,10 +24,12 @@ LEASE_SECONDS = "2"
 class Process:
     """A child process whose output goes to a log file, stopped with SIGTERM (then SIGKILL)."""
 
-    def __init__(self, command: list[str], *, env: dict[str, str], log: Path) -> None:
+    def __init__(self, command: list[str], *, env: dict[str, str], log: Path, pass_fds: tuple[int, ...] = ()) -> None:
         self.log = log
         with log.open("wb") as output:
-            self.popen = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=os.getcwd())
+            self.popen = subprocess.Popen(
+                command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=os.getcwd(), pass_fds=pass_fds
+            )
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -84,11 +86,11 @@ def healthy(url: str) -> bool:
 
 
 def start_registry(env: dict[str, str], log: Path) -> LiveRegistry:
-    """daphne serving the registry (API and streams) on a free loopback port, once it answers `/healthz`."""
-    port = free_port()
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "settings.asgi:application"]
-    process = Process(command, env=env, log=log)
-    live = LiveRegistry(url=f"http://127.0.0.1:{port}", process=process)
+    """daphne serving the registry (API and streams) on a loopback socket bound here and handed over, once it
+    answers `/healthz`."""
+    with listening_socket() as listener:
+        process = Process(daphne_command(listener), env=env, log=log, pass_fds=(listener.fileno(),))
+        live = LiveRegistry(url=f"http://127.0.0.1:{listener.getsockname()[1]}", process=process)
 
     def up() -> bool:
         if process.popen.poll() is not None:
