@@ -45,9 +45,14 @@ def budget(key: str, limit: int, amount: int, resets_in_ms: int = 5_000) -> Char
 
 
 def redis_store(
-    url: str = SHARED_REDIS, failure_mode: str = "deny", registry: CollectorRegistry | None = None
+    url: str = SHARED_REDIS,
+    failure_mode: str = "deny",
+    registry: CollectorRegistry | None = None,
+    timeout_ms: int = 100,
 ) -> RedisWindowStore:
-    options = RedisWindowOptions(url=url, key_prefix=f"test:{uuid.uuid4().hex}:", timeout_ms=100, retry_interval_ms=50)
+    options = RedisWindowOptions(
+        url=url, key_prefix=f"test:{uuid.uuid4().hex}:", timeout_ms=timeout_ms, retry_interval_ms=50
+    )
     return RedisWindowStore(
         "shared", options, failure_mode, LocalStore(), LimiterMetrics(registry or CollectorRegistry())
     )
@@ -193,7 +198,8 @@ def test_concurrent_acquisitions_never_overshoot_and_queue_for_connections() -> 
         decisions = await asyncio.gather(*(store.acquire([requests("c", 10)]) for _ in range(500)))
         return sum(decision.allowed for decision in decisions)
 
-    assert with_store(body) == 10
+    # A budget no queue of 500 exceeds on a busy machine: this is about queueing, not about timeouts.
+    assert with_store(body, timeout_ms=5_000) == 10
 
 
 def test_unreachable_redis_with_deny_refuses_fast() -> None:
