@@ -3,7 +3,8 @@
 The sandbox has no network interface but its own loopback. Its shell starts a small bridge
 (`BRIDGE_SOURCE`) listening on 127.0.0.1:3128 inside, which carries each connection over the Unix
 socket bound into the sandbox to this proxy, and the usual proxy variables point there. The proxy
-speaks HTTP CONNECT (for TLS and anything else) and plain absolute-form HTTP requests; it resolves
+speaks HTTP CONNECT (for TLS and anything else), plain absolute-form HTTP requests and SOCKS5
+(`socks5h://127.0.0.1:3128`, CONNECT without authentication) on the same port; it resolves
 the host, checks every address against the egress rules (no loopback, private, link-local or own
 address unless `REGISTRY_SANDBOX_EGRESS_ALLOW` lifts it) and the environment's policy
 (`unrestricted`: any public host; `limited`: `allowed_hosts`, plus package indexes with
@@ -18,6 +19,7 @@ CONNECT stays a blind tunnel.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import socket
@@ -50,6 +52,8 @@ PACKAGE_INDEX_HOSTS = (
     "proxy.golang.org",
     "sum.golang.org",
 )
+SOCKS_VERSION, SOCKS_NO_AUTH, SOCKS_CONNECT = 5, 0, 1
+SOCKS_SUCCEEDED, SOCKS_REFUSED, SOCKS_UNREACHABLE, SOCKS_BAD_COMMAND, SOCKS_BAD_ADDRESS = 0, 2, 4, 7, 8
 REFUSED = Counter("registry_sandbox_egress_refused_total", "Connections the sandbox egress proxy refused", ["reason"])
 # Runs inside the sandbox (its python3): 127.0.0.1:3128 -> the proxy's Unix socket, byte for byte.
 BRIDGE_SOURCE = f"""
@@ -154,6 +158,9 @@ class EgressProxy:
 
     def _serve(self, client: socket.socket) -> None:
         with client:
+            if _first_byte(client) == SOCKS_VERSION:
+                self._serve_socks(client)
+                return
             head = _read_head(client)
             if head is None:
                 return
@@ -200,25 +207,107 @@ class EgressProxy:
                 relay(secured_client, secured_upstream, injections)
 
     def _connect(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
+        """The upstream connection, or None once the HTTP client was told why not."""
+        try:
+            return self._open(host, port)
+        except Refusal as refusal:
+            _answer(client, refusal.status, refusal.message)
+            return None
+
+    def _open(self, host: str, port: int) -> socket.socket:
+        """Connect to `host:port` after the environment's policy and the egress rules said yes, to the very
+        address that was checked (no second lookup)."""
         if not self.policy.allows(host):
             REFUSED.labels(reason="not_allowed").inc()
-            _answer(client, 403, f"{host} is not in this environment's allowed hosts.")
-            return None
+            raise Refusal(403, f"{host} is not in this environment's allowed hosts.")
         try:
             addresses = resolve(host, port)
             check_addresses(host, port, addresses, self.rules)
         except EgressRefused as refused:
             REFUSED.labels(reason="address").inc()
-            _answer(client, 403, str(refused))
-            return None
+            raise Refusal(403, str(refused)) from None
         try:
             upstream = socket.create_connection((str(addresses[0]), port), timeout=CONNECT_TIMEOUT_SECONDS)
         except OSError as error:
             REFUSED.labels(reason="unreachable").inc()
-            _answer(client, 502, f"{host}:{port} could not be reached ({type(error).__name__}).")
-            return None
+            raise Refusal(502, f"{host}:{port} could not be reached ({type(error).__name__}).") from None
         upstream.settimeout(None)  # the timeout was for connecting; a quiet stream may stay open
         return upstream
+
+    def _serve_socks(self, client: socket.socket) -> None:
+        """SOCKS5 (RFC 1928) on the same socket: no authentication, CONNECT only, the same checks as an HTTP
+        CONNECT. The tunnel is blind: a credential's placeholder passes unchanged (never the secret)."""
+        client.settimeout(30)
+        try:
+            host, port = _socks_request(client)
+        except (OSError, ValueError):
+            return
+        try:
+            upstream = self._open(host, port)
+        except Refusal as refusal:
+            _socks_reply(client, SOCKS_REFUSED if refusal.status == 403 else SOCKS_UNREACHABLE)
+            return
+        client.settimeout(None)
+        with upstream:
+            _socks_reply(client, SOCKS_SUCCEEDED)
+            _relay(client, upstream)
+
+
+class Refusal(Exception):
+    """Why the proxy will not connect (an HTTP status and a reason the sandbox may read)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _first_byte(client: socket.socket) -> int | None:
+    client.settimeout(30)
+    try:
+        peeked = client.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return None
+    return peeked[0] if peeked else None
+
+
+def _receive(client: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = client.recv(size - len(data))
+        if not chunk:
+            raise ValueError("the SOCKS client left")
+        data += chunk
+    return data
+
+
+def _socks_request(client: socket.socket) -> tuple[str, int]:
+    """The greeting (only "no authentication" is offered) and a CONNECT request: (host, port)."""
+    _, methods = _receive(client, 2)
+    if SOCKS_NO_AUTH not in _receive(client, methods):
+        client.sendall(bytes([SOCKS_VERSION, 0xFF]))
+        raise ValueError("no acceptable SOCKS method")
+    client.sendall(bytes([SOCKS_VERSION, SOCKS_NO_AUTH]))
+    _, command, _, kind = _receive(client, 4)
+    if kind == 1:
+        host = str(ipaddress.IPv4Address(_receive(client, 4)))
+    elif kind == 4:
+        host = str(ipaddress.IPv6Address(_receive(client, 16)))
+    elif kind == 3:
+        host = _receive(client, _receive(client, 1)[0]).decode("idna")
+    else:
+        _socks_reply(client, SOCKS_BAD_ADDRESS)
+        raise ValueError("unknown SOCKS address type")
+    port = int.from_bytes(_receive(client, 2), "big")
+    if command != SOCKS_CONNECT:
+        _socks_reply(client, SOCKS_BAD_COMMAND)
+        raise ValueError("only SOCKS CONNECT is served")
+    return host, port
+
+
+def _socks_reply(client: socket.socket, code: int) -> None:
+    with contextlib.suppress(OSError):
+        client.sendall(bytes([SOCKS_VERSION, code, 0, 1, 0, 0, 0, 0, 0, 0]))
 
 
 def _read_head(client: socket.socket) -> bytes | None:

@@ -65,3 +65,21 @@ def test_package_indexes_only_when_allowed(backend, settings, allowed):
     command = "python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d dl six==1.16.0"
     result = box.run(f"{command} >/dev/null 2>&1; ls dl", timeout_ms=60_000)
     assert ("six-1.16.0" in result.output) is allowed
+
+
+def test_socks5_on_the_same_port_under_the_same_rules(backend, host_server, settings):
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
+    before = refusals()
+    socks = "curl -sS --noproxy '' --socks5-hostname 127.0.0.1:3128 {url}; echo \" exit=$?\""
+    by_address = "curl -sS --noproxy '' --socks5 127.0.0.1:3128 {url}; echo \" exit=$?\""
+    listed = backend.ensure(
+        SandboxSpec(session_id="sesn_socks", workspace_id="wsp", network=NetworkPolicy("limited", ("127.0.0.1",)))
+    )
+    assert listed.run(socks.format(url=host_server)).output.strip() == "hello from the host exit=0"
+    assert listed.run(by_address.format(url=host_server)).output.strip() == "hello from the host exit=0"
+    unlisted = backend.ensure(
+        SandboxSpec(session_id="sesn_socks_no", workspace_id="wsp", network=NetworkPolicy("limited", ("example.com",)))
+    )
+    refused = unlisted.run(socks.format(url=host_server)).output
+    assert "hello from the host" not in refused and "exit=0" not in refused
+    assert refusals() == before + 1
