@@ -604,8 +604,9 @@ class SessionRunner:
             self._sandbox_failed(call, str(failure))
         self.lease.check()
         memory = self.provisioner.after_tool()
-        if memory.refused:
-            return ToolOutcome([*outcome.content, {"type": "text", "text": memory.note()}], is_error=True)
+        notes = [note for note in (memory.note() if memory.refused else None, sandbox.over_quota()) if note]
+        if notes:
+            return ToolOutcome([*outcome.content, *({"type": "text", "text": note} for note in notes)], is_error=True)
         return outcome
 
     def _sandbox_now(self) -> BwrapSandbox:

@@ -128,6 +128,21 @@ def bwrap_path() -> str:
         raise SandboxUnavailable(f"bubblewrap is not installed ({error})") from None
 
 
+def disk_usage(root: Path) -> int:
+    """Bytes allocated under `root` (links not followed)."""
+    total = 0
+    stack = [str(root)]
+    while stack:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    total += info.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    return total
+
+
 def cpu_pinning(cpus: float, uid: int) -> list[str]:
     """`taskset` to `ceil(cpus)` cores (spread over the host by the session's uid), when that is fewer than
     the host has: without a delegated cgroup, affinity is the CPU share cap (a sandbox's busy loops cannot
@@ -201,8 +216,23 @@ class BwrapSandbox:
             snapshots.restore(self.spec.session_id, self.workspace, self.uid)
 
     def snapshot(self) -> None:
+        """The workspace to storage; refused (OSError) while it is over its size cap."""
+        if self.over_quota():
+            raise OSError(f"the workspace is over its {self.limits.workspace_mb} MB cap; not snapshotted")
         with self.lock:
             snapshots.save(self.spec.session_id, self.workspace)
+
+    def over_quota(self) -> str | None:
+        """Why the workspace breaks its size cap (`REGISTRY_SANDBOX_WORKSPACE_MB`, checked after each tool
+        call since no cgroup or quota is delegated here), or None."""
+        used = disk_usage(self.workspace)
+        cap = self.limits.workspace_mb * 1024 * 1024
+        if used <= cap:
+            return None
+        return (
+            f"The workspace holds {used // (1024 * 1024)} MB, over its {self.limits.workspace_mb} MB cap: delete "
+            "files to go on (it is not snapshotted while it is over)."
+        )
 
     # -- starting processes inside ---------------------------------------------------------
     def command_line(self, *inner: str) -> list[str]:

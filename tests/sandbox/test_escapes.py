@@ -181,3 +181,20 @@ def test_a_cpu_cap_pins_the_sandbox_to_that_many_cores(backend, limits):
         capped.destroy("sesn_cpu")
     uncapped = backend.ensure(SandboxSpec(session_id="sesn_cpu_free", workspace_id="wsp"))
     assert uncapped.run("nproc").output.strip() == str(os.cpu_count())
+
+
+def test_the_workspace_cap_is_checked_and_blocks_snapshots(backend, limits):
+    capped = BwrapBackend(backend.root / "small", replace(limits, workspace_mb=1))
+    try:
+        box = capped.ensure(SandboxSpec(session_id="sesn_quota", workspace_id="wsp"))
+        for name in "abc":  # each file under the per-file rlimit, together over the cap
+            assert box.run(f"head -c 900000 /dev/urandom > {name}.bin").exit_code == 0
+        problem = box.over_quota()
+        assert problem is not None and "over its 1 MB cap" in problem
+        with pytest.raises(OSError, match="not snapshotted"):
+            box.snapshot()
+        box.run("rm a.bin b.bin")
+        assert box.over_quota() is None
+        box.snapshot()
+    finally:
+        capped.destroy("sesn_quota", forget=True)
