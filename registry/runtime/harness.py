@@ -629,7 +629,7 @@ class SessionRunner:
             return
         self.lease.check()
         try:
-            self.provisioner.sandbox(self.resources)
+            self.provisioner.sandbox(self.resources, catch_up=True)
         except Unprovisioned as failure:
             self._emit_error(failure.error_type, failure.message, retry="terminal")
             raise TurnEnded({"type": "error"}) from None

@@ -79,11 +79,14 @@ class Provisioner:
         return {"workspace_id": self.setup.workspace_id, "agent": self.setup.agent, "root": self.backend.root}
 
     # -- the sandbox ---------------------------------------------------------------------------
-    def sandbox(self, resources: list[dict[str, Any]]) -> BwrapSandbox:
-        """The session's sandbox with these resources mounted (rebuilt when they changed)."""
+    def sandbox(self, resources: list[dict[str, Any]], *, catch_up: bool = False) -> BwrapSandbox:
+        """The session's sandbox with these resources mounted (rebuilt when they changed); `catch_up` (at a
+        turn's start) first replaces a local workspace older than the session's latest snapshot."""
         if self.current is None or self.current.resources != resources:
             self.current = self._provision(resources)
         sandbox = self.backend.ensure(self.current.spec)
+        if catch_up:
+            sandbox.catch_up()
         self._clone_into_workspace(sandbox, resources)
         return sandbox
 

@@ -213,14 +213,35 @@ class BwrapSandbox:
         os.chmod(self.workspace.parent, 0o700)
         os.chown(self.workspace, self.uid, self.uid)
         if fresh:
-            snapshots.restore(self.spec.session_id, self.workspace, self.uid)
+            self._restore(snapshots.version(self.spec.session_id))
+
+    @property
+    def _version_file(self) -> Path:
+        return self.workspace.parent / "snapshot-version"  # beside the workspace: not visible inside
+
+    def _restore(self, version: str | None) -> None:
+        if version is not None and snapshots.restore(self.spec.session_id, self.workspace, self.uid):
+            self._version_file.write_text(version)
+
+    def catch_up(self) -> None:
+        """A session that ran on another worker since this copy was made: its newer snapshot replaces it."""
+        latest = snapshots.version(self.spec.session_id)
+        local = self._version_file.read_text() if self._version_file.exists() else None
+        if latest is None or latest == local:
+            return
+        with self.lock:
+            self.stop()
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace.mkdir()
+            os.chown(self.workspace, self.uid, self.uid)
+            self._restore(latest)
 
     def snapshot(self) -> None:
         """The workspace to storage; refused (OSError) while it is over its size cap."""
         if self.over_quota():
             raise OSError(f"the workspace is over its {self.limits.workspace_mb} MB cap; not snapshotted")
         with self.lock:
-            snapshots.save(self.spec.session_id, self.workspace)
+            self._version_file.write_text(snapshots.save(self.spec.session_id, self.workspace))
 
     def over_quota(self) -> str | None:
         """Why the workspace breaks its size cap (`REGISTRY_SANDBOX_WORKSPACE_MB`, checked after each tool

@@ -2,16 +2,20 @@
 
 At the end of a turn that used the sandbox, the workspace is archived (tar + gzip) to
 `sandbox-snapshots/<session>/workspace.tar.gz` in `storages["default"]` (a directory by default, an
-object store in production); a worker that creates the session's sandbox without a local workspace
-restores it first. The archive holds what the sandbox wrote, so it is unpacked with tarfile's `data`
-filter (no absolute paths, no `..`, no links out, no devices) and handed to the session's uid.
+object store in production), with a version token beside it (`version`); a worker that creates the
+session's sandbox without a local workspace restores it first, and one whose local copy is older than
+the stored version (the session ran elsewhere since) replaces it with the snapshot at the next turn.
+The archive holds what the sandbox wrote, so it is unpacked with tarfile's `data` filter (no absolute
+paths, no `..`, no links out, no devices) and handed to the session's uid.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import tarfile
 import tempfile
+from io import BytesIO
 from pathlib import Path
 
 from django.core.files import File
@@ -22,17 +26,38 @@ def snapshot_name(session_id: str) -> str:
     return f"sandbox-snapshots/{session_id}/workspace.tar.gz"
 
 
-def save(session_id: str, workspace: Path) -> None:
-    """Replace the session's snapshot with the workspace as it is now."""
+def version_name(session_id: str) -> str:
+    return f"sandbox-snapshots/{session_id}/version"
+
+
+def version(session_id: str) -> str | None:
+    """The token of the session's latest snapshot, or None when it has none."""
     storage = storages["default"]
+    name = version_name(session_id)
+    if not storage.exists(name):
+        return None
+    with storage.open(name, "rb") as stored:
+        return str(stored.read().decode())
+
+
+def _replace(name: str, content: File) -> None:  # type: ignore[type-arg]
+    """Store `content` at `name`, removing what was there."""
+    storage = storages["default"]
+    if storage.exists(name):
+        storage.delete(name)
+    storage.save(name, content)
+
+
+def save(session_id: str, workspace: Path) -> str:
+    """Replace the session's snapshot with the workspace as it is now; the new version's token."""
     with tempfile.TemporaryFile() as archive:
         with tarfile.open(fileobj=archive, mode="w:gz") as tar:
             tar.add(workspace, arcname=".", recursive=True)
         archive.seek(0)
-        name = snapshot_name(session_id)
-        if storage.exists(name):
-            storage.delete(name)
-        storage.save(name, File(archive))
+        _replace(snapshot_name(session_id), File(archive))
+    token = secrets.token_hex(8)
+    _replace(version_name(session_id), File(BytesIO(token.encode())))
+    return token
 
 
 def restore(session_id: str, workspace: Path, uid: int) -> bool:
@@ -51,5 +76,6 @@ def restore(session_id: str, workspace: Path, uid: int) -> bool:
 
 def delete(session_id: str) -> None:
     storage = storages["default"]
-    if storage.exists(snapshot_name(session_id)):
-        storage.delete(snapshot_name(session_id))
+    for name in (snapshot_name(session_id), version_name(session_id)):
+        if storage.exists(name):
+            storage.delete(name)

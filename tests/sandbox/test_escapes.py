@@ -198,3 +198,22 @@ def test_the_workspace_cap_is_checked_and_blocks_snapshots(backend, limits):
         box.snapshot()
     finally:
         capped.destroy("sesn_quota", forget=True)
+
+
+def test_a_worker_catches_up_with_a_snapshot_made_elsewhere(backend, limits):
+    elsewhere = BwrapBackend(backend.root / "elsewhere", limits)
+    spec = SandboxSpec(session_id="sesn_moves", workspace_id="wsp")
+    try:
+        here = backend.ensure(spec)
+        here.run("echo first > notes.txt")
+        here.snapshot()
+        here.catch_up()  # its own snapshot: nothing to do, the shell keeps its state
+        there = elsewhere.ensure(spec)  # the session moves to another worker, which restores it
+        assert there.run("cat notes.txt").output == "first\n"
+        there.run("echo second >> notes.txt")
+        there.snapshot()
+        here.catch_up()  # back on the first worker: the newer snapshot replaces its stale copy
+        assert here.run("cat notes.txt").output == "first\nsecond\n"
+    finally:
+        elsewhere.destroy("sesn_moves")
+        backend.destroy("sesn_moves", forget=True)
