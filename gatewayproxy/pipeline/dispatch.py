@@ -10,7 +10,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -233,11 +233,14 @@ class Dispatch:
             shaping = bool(target.default_params or target.override_params or target.drop_params)
             if adapter is not None and serves(adapter, self.context.operation, shaping):
                 candidates.append((target, adapter))
-        if self.outliers is not None and candidates:
-            chosen = self.outliers.choose(adapter.name for _, adapter in candidates)
-            if chosen is not None:
-                candidates = [candidate for candidate in candidates if candidate[1].name in chosen]
-        return candidates
+        return self._unejected(candidates)
+
+    def _unejected(self, candidates: list[tuple[Any, Adapter]]) -> list[tuple[Any, Adapter]]:
+        """The candidates outlier detection lets through (all of them when every one is ejected: panic)."""
+        if self.outliers is None or not candidates:
+            return candidates
+        chosen = self.outliers.choose(adapter.name for _, adapter in candidates)
+        return candidates if chosen is None else [candidate for candidate in candidates if candidate[1].name in chosen]
 
     async def run(self) -> Response:
         """The response of the first target that answers; raises the mapped final failure."""
@@ -316,14 +319,23 @@ class Dispatch:
         body = native_body(context, adapter, context.state.config.spend.admission.default_max_output_tokens)
         body["model"] = adapter.upstream_model(body.get("model"))
         body = shape_params(body, target)
+
+        async def call() -> Response | Failure:
+            built = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
+            request = context.request
+            built = with_request_headers(built, adapter, request.headers, request.request_id, context.trace)
+            upstream = await self.pool.request(built.origin, built.method, built.path, built.headers, built.body)
+            return await self._answer(adapter, upstream)
+
+        return await self._timed(adapter, call)
+
+    async def _timed(self, adapter: Adapter, call: Callable[[], Awaitable[Response | Failure]]) -> Response | Failure:
+        """One attempt under the plan's per-attempt timeout, its failures mapped, its time counted."""
+        context = self.context
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.plan.attempts.timeout_seconds):
-                call = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)
-                request = context.request
-                call = with_request_headers(call, adapter, request.headers, request.request_id, context.trace)
-                upstream = await self.pool.request(call.origin, call.method, call.path, call.headers, call.body)
-                return await self._answer(adapter, upstream)
+                return await call()
         except TimeoutError:
             return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
         except VaultUnavailable as error:

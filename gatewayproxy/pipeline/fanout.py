@@ -9,7 +9,6 @@ falls back as a whole. Chat-shaped targets carry `n` themselves and take the pla
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import fields
 from typing import Any
 
@@ -19,12 +18,10 @@ from gatewayproxy.adapters import contract
 from gatewayproxy.adapters.base import Adapter, Shape, UpstreamCall
 from gatewayproxy.adapters.headers import with_request_headers
 from gatewayproxy.context import Operation, Usage
-from gatewayproxy.errors import ErrorCode
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Failure, native_body, upstream_operation
 from gatewayproxy.pipeline.routing import shape_params
 from gatewayproxy.server.protocol import Response
-from gatewayproxy.server.upstream import UpstreamError, UpstreamResponse
-from gatewayproxy.vaults.resolvers import VaultError, VaultUnavailable
+from gatewayproxy.server.upstream import UpstreamResponse
 
 
 def wants_fan_out(operation: Operation, body: dict[str, Any]) -> bool:
@@ -50,22 +47,15 @@ class FanOutDispatch(Dispatch):
         body = native_body(context, adapter, context.state.config.spend.admission.default_max_output_tokens)
         body["model"] = adapter.upstream_model(body.get("model"))
         body = shape_params(body, target)
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.plan.attempts.timeout_seconds):
-                call = await adapter.build(upstream_operation(context, adapter), body, False, context.scope)
-                headers, request_id = context.request.headers, context.request.request_id
-                # Every call a child of the gateway's span; one request id for all of them.
-                calls = [with_request_headers(call, adapter, headers, request_id, context.trace) for _ in range(n)]
-                return await self._fan_out(adapter, calls)
-        except TimeoutError:
-            return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
-        except VaultUnavailable as error:
-            return Failure("vault", f"destination {adapter.name!r}: {error}", code=ErrorCode.VAULT_UNAVAILABLE)
-        except (UpstreamError, VaultError, OSError) as error:
-            return Failure("5xx", f"destination {adapter.name!r}: {error}")
-        finally:
-            context.upstream_seconds += time.perf_counter() - started
+
+        async def calls() -> Response | Failure:
+            built = await adapter.build(upstream_operation(context, adapter), body, False, context.scope)
+            headers, request_id = context.request.headers, context.request.request_id
+            # Every call a child of the gateway's span; one request id for all of them.
+            each = [with_request_headers(built, adapter, headers, request_id, context.trace) for _ in range(n)]
+            return await self._fan_out(adapter, each)
+
+        return await self._timed(adapter, calls)
 
     async def _fan_out(self, adapter: Adapter, calls: list[UpstreamCall]) -> Response | Failure:
         sent = await asyncio.gather(

@@ -9,9 +9,7 @@ that made it: the route that serves the path decides where a `GET` goes (a 404 t
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -22,8 +20,6 @@ from gatewayproxy.adapters.vendor_a import VendorAAdapter
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.dispatch import Dispatch, Failure
 from gatewayproxy.server.protocol import Response
-from gatewayproxy.server.upstream import UpstreamError
-from gatewayproxy.vaults.resolvers import VaultError, VaultUnavailable
 
 RESPONSES_KINDS = ("vendor_a", "cloud_vendor_c")
 ITEM_PREFIX = "/v1/responses/"
@@ -60,11 +56,7 @@ class ResponsesDispatch(Dispatch):
             adapter = adapters.get(target.destination)
             if adapter is not None and serves_responses(adapter, target):
                 candidates.append((target, adapter))
-        if self.outliers is not None and candidates:
-            chosen = self.outliers.choose(adapter.name for _, adapter in candidates)
-            if chosen is not None:
-                candidates = [candidate for candidate in candidates if candidate[1].name in chosen]
-        return candidates
+        return self._unejected(candidates)
 
     async def run(self) -> Response:
         request = self.context.request
@@ -87,20 +79,13 @@ class ResponsesDispatch(Dispatch):
         assert response_id is not None and isinstance(adapter, VendorAAdapter)
         context.attempts += 1
         context.destination = adapter.name
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.plan.attempts.timeout_seconds):
-                call = await adapter.build_response_call(request.method, response_id, request.query, context.scope)
-                call = with_request_headers(call, adapter, request.headers, request.request_id, context.trace)
-                upstream = await self.pool.request(call.origin, call.method, call.path, call.headers, call.body)
-                outcome = await self._answer(adapter, upstream)
-                context.usage = None  # a read or a delete uses no tokens (the response's usage was its create's)
-                return outcome
-        except TimeoutError:
-            return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
-        except VaultUnavailable as error:
-            return Failure("vault", f"destination {adapter.name!r}: {error}", code=ErrorCode.VAULT_UNAVAILABLE)
-        except (UpstreamError, VaultError, OSError) as error:
-            return Failure("5xx", f"destination {adapter.name!r}: {error}")
-        finally:
-            context.upstream_seconds += time.perf_counter() - started
+
+        async def call() -> Response | Failure:
+            built = await adapter.build_response_call(request.method, response_id, request.query, context.scope)
+            built = with_request_headers(built, adapter, request.headers, request.request_id, context.trace)
+            upstream = await self.pool.request(built.origin, built.method, built.path, built.headers, built.body)
+            outcome = await self._answer(adapter, upstream)
+            context.usage = None  # a read or a delete uses no tokens (the response's usage was its create's)
+            return outcome
+
+        return await self._timed(adapter, call)
