@@ -51,7 +51,11 @@ def redis_store(
     timeout_ms: int = 100,
 ) -> RedisWindowStore:
     options = RedisWindowOptions(
-        url=url, key_prefix=f"test:{uuid.uuid4().hex}:", timeout_ms=timeout_ms, retry_interval_ms=50
+        url=url,
+        key_prefix=f"test:{uuid.uuid4().hex}:",
+        timeout_ms=timeout_ms,
+        connect_timeout_ms=max(timeout_ms, 1_000),
+        retry_interval_ms=50,
     )
     return RedisWindowStore(
         "shared", options, failure_mode, LocalStore(), LimiterMetrics(registry or CollectorRegistry())
