@@ -36,18 +36,44 @@ class StreamTranslator:
     """Base of the per-pair translators: `feed` each upstream event, then `finish` or `fail`.
 
     With `collect_text` set (some stage inspects output), the text deltas fed so far are kept for `take_text`;
-    either way `text_chars` counts them, so a stream that ends early is accounted from what was relayed.
+    either way `text_chars` counts them, so a stream that ends early is accounted from what was relayed. A
+    passthrough may `_defer` counting a frame it relays untouched: deferred frames are parsed only when the
+    count is asked for, or once they hold `DEFERRED_BYTES` (a stream that completes with its usage frame is
+    then never parsed frame by frame).
     """
 
     client_protocol = Protocol.VENDOR_A
+    DEFERRED_BYTES = 65536
 
     def __init__(self) -> None:
         self.usage: Usage | None = None
         self.completed = False
         self.failed = False
         self.collect_text = False
-        self.text_chars = 0
+        self._text_chars = 0
         self._text: list[str] = []
+        self._deferred: list[str] = []
+        self._deferred_bytes = 0
+
+    @property
+    def text_chars(self) -> int:
+        """Characters of text relayed so far."""
+        self._count_deferred()
+        return self._text_chars
+
+    def _defer(self, data: str) -> None:
+        self._deferred.append(data)
+        self._deferred_bytes += len(data)
+        if self._deferred_bytes >= self.DEFERRED_BYTES:
+            self._count_deferred()
+
+    def _count_deferred(self) -> None:
+        deferred, self._deferred, self._deferred_bytes = self._deferred, [], 0
+        for data in deferred:
+            self._count_frame(data)
+
+    def _count_frame(self, data: str) -> None:
+        """Count the text of one deferred frame (subclasses that defer know their frame's shape)."""
 
     def take_text(self) -> str:
         """The text deltas collected since the last call."""
@@ -56,7 +82,7 @@ class StreamTranslator:
 
     def _collect(self, text: Any) -> None:
         if isinstance(text, str) and text:
-            self.text_chars += len(text)
+            self._text_chars += len(text)
             if self.collect_text:
                 self._text.append(text)
 
@@ -80,9 +106,9 @@ class StreamTranslator:
         return [error_frame(self.client_protocol, message, code)]
 
 
-def _json(event: SseEvent) -> Any:
+def _json(data: str) -> Any:
     try:
-        return orjson.loads(event.data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
 
@@ -100,9 +126,12 @@ class ChatPassthrough(StreamTranslator):
             return [DONE]
         if '"usage"' not in event.data and '"error"' not in event.data:
             # Content chunks pass through as they came; they are parsed only to count (or collect) their text.
-            self._collect_chunk(_json(event))
+            if self.collect_text:
+                self._collect_chunk(_json(event.data))
+            else:
+                self._defer(event.data)
             return [encode_event(event.data.encode())]
-        chunk = _json(event)
+        chunk = _json(event.data)
         if not isinstance(chunk, dict):
             return []
         self._collect_chunk(chunk)
@@ -121,6 +150,9 @@ class ChatPassthrough(StreamTranslator):
         for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
             self._collect((choice.get("delta") or {}).get("content"))
 
+    def _count_frame(self, data: str) -> None:
+        self._collect_chunk(_json(data))
+
 
 class MessagesPassthrough(StreamTranslator):
     """Messages events to a messages client, accounting usage from `message_start` and `message_delta`."""
@@ -136,7 +168,7 @@ class MessagesPassthrough(StreamTranslator):
 
     def feed(self, event: SseEvent) -> list[bytes]:
         wanted = event.event in self.ACCOUNTED or event.event == "content_block_delta"
-        parsed = _json(event) if wanted else None
+        parsed = _json(event.data) if wanted else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
         if kind == "content_block_delta":
@@ -164,7 +196,7 @@ class ResponsesPassthrough(StreamTranslator):
 
     def feed(self, event: SseEvent) -> list[bytes]:
         parse = event.event in self.TERMINAL or event.event in ("error", "") or event.event == self.TEXT_DELTA
-        parsed = _json(event) if parse else None
+        parsed = _json(event.data) if parse else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
         if kind == self.TEXT_DELTA:
@@ -214,7 +246,7 @@ class MessagesToChat(StreamTranslator):
         return encode_event(orjson.dumps(chunk))
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        payload = _json(event)
+        payload = _json(event.data)
         if not isinstance(payload, dict):
             return []
         handler = getattr(self, "_on_" + str(payload.get("type")), None)
@@ -325,7 +357,7 @@ class ChatToMessages(StreamTranslator):
     def feed(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
             return self._end()
-        chunk = _json(event)
+        chunk = _json(event.data)
         if not isinstance(chunk, dict):
             return []
         if chunk.get("error"):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _BLANK_LINE = b"\n\n"
 
 
-@dataclass(frozen=True)
-class SseEvent:
+class SseEvent(NamedTuple):
     """One decoded event: its `event` name (empty when unnamed) and joined `data` lines."""
 
     event: str
@@ -31,26 +30,27 @@ def _normalized(buffer: bytes) -> bytes:
     return body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if keep_cr else b"")
 
 
-def _event_of(block: bytes) -> SseEvent | None:
+def _event_of(block: str) -> SseEvent | None:
     """The event of one blank-line-terminated block (comments and unknown fields skipped)."""
     name = ""
     data: list[str] = []
-    for line in block.split(b"\n"):
-        field, _, value = line.partition(b":")
-        value = value[1:] if value.startswith(b" ") else value
-        if field == b"data":
-            data.append(value.decode("utf-8"))
-        elif field == b"event":
-            name = value.decode("utf-8")
+    for line in block.split("\n"):
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
     if not data and not name:
         return None
-    return SseEvent(event=name, data="\n".join(data))
+    return SseEvent(name, "\n".join(data))
 
 
 class SseDecoder:
     """Turns arbitrary byte chunks into complete events (LF, CR and CRLF line ends; comments skipped).
 
-    Events end at a blank line, so only the unterminated tail of the stream is carried between chunks.
+    Events end at a blank line, so only the unterminated tail of the stream is carried between chunks; what
+    is complete is decoded as UTF-8 at once (a blank line never splits a character).
     """
 
     def __init__(self) -> None:
@@ -58,14 +58,16 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Decode what `chunk` completes."""
-        self._buffer = _normalized(self._buffer + chunk)
-        end = self._buffer.rfind(_BLANK_LINE)
+        buffer = _normalized(self._buffer + chunk if self._buffer else chunk)
+        end = buffer.rfind(_BLANK_LINE)
         if end < 0:
+            self._buffer = buffer
             return []
-        complete, self._buffer = self._buffer[:end], self._buffer[end + 2 :]
+        self._buffer = buffer[end + 2 :]
         events = []
-        for block in complete.split(_BLANK_LINE):
-            event = _event_of(block.strip(b"\n"))
-            if event is not None:
+        for block in buffer[:end].decode("utf-8").split("\n\n"):
+            if block.startswith("data: ") and "\n" not in block:  # the common block: one unnamed data line
+                events.append(SseEvent("", block[6:]))
+            elif (event := _event_of(block.strip("\n"))) is not None:
                 events.append(event)
         return events

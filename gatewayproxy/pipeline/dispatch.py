@@ -10,7 +10,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -24,6 +24,7 @@ from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_us
 from gatewayproxy.context import Operation, Plan, RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol, error_body
 from gatewayproxy.http.connection import Request
+from gatewayproxy.http.sse import SseEvent
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.routing import shape_params
 from gatewayproxy.plugins.decisions import BackendError
@@ -375,13 +376,16 @@ class Dispatch:
         translator.collect_text = bool(self.inspectors)
         chunks = upstream.chunks()
         frames: list[bytes] = []
+        rest: Iterator[SseEvent] = iter(())
         try:
-            while not frames:
-                chunk = await anext(chunks)
-                for event in decoder.feed(chunk):
+            while not frames:  # the first byte goes out as soon as one event makes a frame; the rest follow
+                rest = iter(decoder.feed(await anext(chunks)))
+                for event in rest:
                     if event.data != "[DONE]":
                         orjson.loads(event.data)  # a frame that is not JSON before the first byte: try elsewhere
                     frames += translator.feed(event)
+                    if frames:
+                        break
         except StopAsyncIteration:
             upstream.release()
             return Failure("5xx", f"destination {adapter.name!r} ended the stream before any event")
@@ -394,12 +398,14 @@ class Dispatch:
         if translator.failed:
             upstream.release()
             return Failure("5xx", f"destination {adapter.name!r} failed before the first event")
-        return Response(200, SSE_CONTENT, stream=self._relay(adapter, frames, chunks, decoder, translator, upstream))
+        relay = self._relay(adapter, frames, rest, chunks, decoder, translator, upstream)
+        return Response(200, SSE_CONTENT, stream=relay)
 
     async def _relay(
         self,
         adapter: Adapter,
         first: list[bytes],
+        rest: Iterator[SseEvent],
         chunks: AsyncIterator[bytes],
         decoder: StreamDecoder,
         translator: streams.StreamTranslator,
@@ -410,9 +416,10 @@ class Dispatch:
         try:
             try:
                 yield await self._released(first, translator)
+                if frames := _translated(translator, rest):
+                    yield await self._released(frames, translator)
                 async for chunk in chunks:
-                    frames = [frame for event in decoder.feed(chunk) for frame in translator.feed(event)]
-                    if frames:
+                    if frames := _translated(translator, decoder.feed(chunk)):
                         yield await self._released(frames, translator)
                 tail = translator.finish()
                 status = 502 if translator.failed else 200
@@ -464,6 +471,11 @@ class Dispatch:
         self.context.output_complete = complete
         for stage in self.inspectors:
             await stage.inspect_output(self.context, text)
+
+
+def _translated(translator: streams.StreamTranslator, events: Iterable[SseEvent]) -> list[bytes]:
+    """The client frames of a batch of upstream events."""
+    return [frame for event in events for frame in translator.feed(event)]
 
 
 def _final_error(failure: Failure) -> GatewayError:

@@ -130,6 +130,14 @@ def test_sse_decoder_handles_any_split_and_line_ending() -> None:
         assert events == [SseEvent("one", "a\nb"), SseEvent("", "[DONE]"), SseEvent("three", "c")]
 
 
+def test_sse_decoder_keeps_characters_split_between_chunks() -> None:
+    stream = 'data: {"t":"héllo ✓"}\n\ndata:no-space\n\n\ndata: ✓\n\n'.encode()
+    for size in (1, 2, 5):
+        decoder = SseDecoder()
+        events = [event for i in range(0, len(stream), size) for event in decoder.feed(stream[i : i + size])]
+        assert events == [SseEvent("", '{"t":"héllo ✓"}'), SseEvent("", "no-space"), SseEvent("", "✓")]
+
+
 def test_response_started_tracks_the_head() -> None:
     connection = ServerConnection(LIMITS)
     connection.receive(REQUEST)

@@ -232,6 +232,21 @@ def test_chat_passthrough_strips_usage_it_added() -> None:
     assert len(frames_of(keeps, [USAGE_CHUNK, SseEvent("", "[DONE]")])) == 2
 
 
+def test_chat_passthrough_counts_relayed_text_whether_deferred_or_folded() -> None:
+    """Content frames relayed untouched are counted on demand, and folded once they hold enough bytes."""
+    translator = ChatPassthrough(client_wants_usage=False)
+    translator.DEFERRED_BYTES = 1000
+    texts = [f"word{index} " for index in range(40)]  # about 4 KB of frames: folds several times
+    frames_of(translator, [chat_chunk({"content": text}) for text in texts])
+    assert 0 < len(translator._deferred) < 40
+    assert translator.text_chars == sum(map(len, texts))
+    assert translator._deferred == []
+    inspected = ChatPassthrough(client_wants_usage=False)
+    inspected.collect_text = True
+    frames_of(inspected, [chat_chunk({"content": text}) for text in texts])
+    assert inspected.take_text() == "".join(texts) and inspected.text_chars == sum(map(len, texts))
+
+
 def test_truncated_chat_stream_ends_with_an_error_chunk() -> None:
     out = payloads(frames_of(ChatPassthrough(False), [chat_chunk({"content": "a"})]))
     assert out[-1]["error"]["code"] == "upstream_error"
