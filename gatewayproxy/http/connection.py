@@ -9,6 +9,7 @@ byte what h11 writes); anything else goes through h11. tests/gatewayproxy/test_h
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -34,6 +35,11 @@ MAX_CHUNK_LINE_BYTES = 1024
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _DIGITS = re.compile(rb"[0-9]+")
 _FALLBACK_HEADERS = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
+# Response header grammar as h11 checks it (RFC 9110 token names; values without NUL, CR, LF or edge space).
+_FIELD_NAME = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+_FIELD_VALUE = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
+_CHECKED_NAMES: dict[bytes, bytes] = {}
+_CHECKED_NAMES_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -187,6 +193,7 @@ class ServerConnection:
     def __init__(self, limits: HttpLimits) -> None:
         self.limits = limits
         self._h11 = self._new_h11()
+        self._h11_fed = False  # whether h11 holds bytes a fast cycle re-reads (then it starts afresh)
         self._head: h11.Request | None = None
         self._body = bytearray()
         self._head_scan = bytearray()
@@ -221,6 +228,7 @@ class ServerConnection:
                 body_start = self._body_start(len(data))
                 if body_start:
                     # The head goes first so that a chunked body after it is fed in bounded pieces.
+                    self._h11_fed = True
                     self._h11.receive_data(data[:body_start])
                     events = self._events()
                     return events if self.failed else events + self._feed(data[body_start:])
@@ -236,6 +244,7 @@ class ServerConnection:
         return start if 0 < start < received else 0
 
     def _feed(self, data: bytes) -> list[Event]:
+        self._h11_fed = True
         if not self._chunked or len(data) <= MAX_CHUNK_LINE_BYTES:
             self._h11.receive_data(data)
             return self._events()
@@ -305,7 +314,8 @@ class ServerConnection:
         rest = bytes(self._head_scan[end + 4 :])
         self._head_scan.clear()
         self._fast = fast
-        self._h11 = self._new_h11()
+        if self._h11_fed:
+            self._h11, self._h11_fed = self._new_h11(), False
         return self._fast_receive(fast, rest, eof=False)
 
     def _fast_receive(self, fast: _FastCycle, data: bytes, eof: bool) -> list[Event]:
@@ -420,24 +430,22 @@ class ServerConnection:
 
     def send_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         """The status line and headers; without content-length the body goes chunked."""
-        response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
         if self._fast is None:
-            return self._h11.send(response) or b""
-        return self._fast_head(self._fast, response)
+            return self._h11.send(h11.Response(status_code=status, headers=headers, reason=_reason(status))) or b""
+        return self._fast_head(self._fast, status, headers)
 
-    def _fast_head(self, fast: _FastCycle, response: h11.Response) -> bytes:
-        """What h11 writes for this response to a plain HTTP/1.1 GET-like request."""
+    def _fast_head(self, fast: _FastCycle, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """What h11 writes for this response to a plain HTTP/1.1 GET-like request (and what it refuses)."""
         if fast.state != "idle" or not fast.received:
             fast.state = "error"
             raise h11.LocalProtocolError("can't send a response head now")
-        items = [
-            (raw, name, value)
-            for (raw, value), (name, _) in zip(response.headers.raw_items(), response.headers, strict=True)
-        ]
+        if not 200 <= status < 1000:
+            raise h11.LocalProtocolError(f"Response status_code should be in range [200, 1000), not {status}")
+        items = _checked_headers(headers)
         lowered = [(name, value) for _, name, value in items]
         fast.chunked = False
         fast.body_left = 0
-        if response.status_code not in (204, 304):
+        if status not in (204, 304):
             lengths = _comma_values(lowered, b"content-length")
             if _comma_values(lowered, b"transfer-encoding") or not lengths:
                 fast.chunked = True
@@ -451,9 +459,9 @@ class ServerConnection:
             connection.add(b"close")
             items = [item for item in items if item[1] != b"connection"]
             items += [(b"Connection", b"connection", value) for value in sorted(connection)]
-        if b"close" in _comma_values([(name, value) for _, name, value in items], b"connection"):
+        elif b"close" in _comma_values(lowered, b"connection"):
             fast.keep_alive = False
-        lines = [b"HTTP/1.1 %s %s\r\n" % (str(response.status_code).encode("ascii"), response.reason)]
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))]
         lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in items if name == b"host"]
         lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in items if name != b"host"]
         lines.append(b"\r\n")
@@ -533,6 +541,7 @@ class ServerConnection:
             pipelined, eof = self._carry
             self._carry = None
             if eof:
+                self._h11_fed = True
                 self._h11.receive_data(pipelined)
                 self._h11.receive_data(b"")
                 self._head_scan = bytearray(pipelined)
@@ -554,11 +563,62 @@ class ServerConnection:
         return self._events()
 
 
+@functools.cache
 def _reason(status: int) -> bytes:
     try:
         return HTTPStatus(status).phrase.encode()
     except ValueError:
         return b""
+
+
+def _checked_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes, bytes]]:
+    """(raw name, lower-case name, value) of response headers, validated and normalised as h11's
+    `normalize_and_validate` does (names and values by its grammar, one Content-Length, only chunked
+    Transfer-Encoding), without building h11's event; names seen before are not matched again."""
+    items: list[tuple[bytes, bytes, bytes]] = []
+    length: bytes | None = None
+    chunked = False
+    for raw, value in headers:
+        name = _CHECKED_NAMES.get(raw)
+        if name is None:
+            name = _checked_name(raw)
+        if _FIELD_VALUE.fullmatch(value) is None:
+            raise h11.LocalProtocolError(f"Illegal header value {value!r}")
+        if name == b"content-length":
+            value = _content_length(value)
+            if length is not None:
+                if length != value:
+                    raise h11.LocalProtocolError("conflicting Content-Length headers")
+                continue
+            length = value
+        elif name == b"transfer-encoding":
+            if chunked:
+                raise h11.LocalProtocolError("multiple Transfer-Encoding headers", 501)
+            value = value.lower()
+            if value != b"chunked":
+                raise h11.LocalProtocolError("Only Transfer-Encoding: chunked is supported", 501)
+            chunked = True
+        items.append((raw, name, value))
+    return items
+
+
+def _checked_name(raw: bytes) -> bytes:
+    if _FIELD_NAME.fullmatch(raw) is None:
+        raise h11.LocalProtocolError(f"Illegal header name {raw!r}")
+    name = raw.lower()
+    if len(_CHECKED_NAMES) < _CHECKED_NAMES_MAX:
+        _CHECKED_NAMES[raw] = name
+    return name
+
+
+def _content_length(value: bytes) -> bytes:
+    lengths = {length.strip() for length in value.split(b",")}
+    if len(lengths) != 1:
+        raise h11.LocalProtocolError("conflicting Content-Length headers")
+    length = lengths.pop()
+    if _DIGITS.fullmatch(length) is None or len(length) > 20:
+        raise h11.LocalProtocolError("bad Content-Length")
+    return length
 
 
 def failure_response(

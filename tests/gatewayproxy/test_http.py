@@ -180,6 +180,16 @@ PARITY_RESPONSES: list[tuple[int, list[tuple[bytes, bytes]], list[bytes] | bytes
     (200, [(b"Content-Length", b"3")], [b"abcd"]),
     (200, [(b"Content-Length", b"3")], [b"ab"]),
     (299, [(b"x", b"bad\r\nvalue")], b""),
+    (200, [(b"x", b" edge")], b""),
+    (200, [(b"bad name", b"v")], b""),
+    (200, [(b"Content-Length", b"2"), (b"content-length", b"2, 2")], [b"ab"]),
+    (200, [(b"Content-Length", b"2"), (b"content-length", b"3")], [b"ab"]),
+    (200, [(b"Content-Length", b"x")], [b"ab"]),
+    (200, [(b"Transfer-Encoding", b"gzip")], [b"ab"]),
+    (200, [(b"Transfer-Encoding", b"chunked"), (b"Transfer-Encoding", b"chunked")], [b"ab"]),
+    (200, [(b"Transfer-Encoding", b"Chunked"), (b"Content-Length", b"2")], [b"ab"]),
+    (200, [(b"X-Obs", b"caf\xe9\tx")], [b"ab"]),
+    (799, [], b""),
     (101, [], b""),
 ]
 
