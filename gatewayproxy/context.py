@@ -5,8 +5,8 @@ look at."""
 from __future__ import annotations
 
 import enum
+import random
 import re
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,8 +80,14 @@ def continue_trace(headers: Mapping[str, str]) -> TraceContext:
     """A new span continuing the client's `traceparent`, or a new sampled trace when it sent none (or a bad one)."""
     found = TRACEPARENT.match(headers.get("traceparent", "").strip())
     if found and found.group(1) != ZERO_TRACE and found.group(2) != ZERO_SPAN:
-        return TraceContext(found.group(1), secrets.token_hex(8), found.group(2), found.group(3))
-    return TraceContext(secrets.token_hex(16), secrets.token_hex(8), "", "01")
+        return TraceContext(found.group(1), _new_id(64), found.group(2), found.group(3))
+    return TraceContext(_new_id(128), _new_id(64), "", "01")
+
+
+def _new_id(bits: int) -> str:
+    """A random, non-zero trace or span id in hex (the `random` module, as OpenTelemetry's id generator: ids
+    need to be unique, not secret)."""
+    return f"{random.getrandbits(bits) or 1:0{bits // 4}x}"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import jwt
@@ -62,15 +63,14 @@ class ApiKeyValidator:
     def __init__(self, config: Validator) -> None:
         assert config.keys_file is not None
         self.name = config.name
-        self._principals = load_keys_file(config.keys_file)
+        self._principals = {
+            digest: replace(principal, validator=self.name)
+            for digest, principal in load_keys_file(config.keys_file).items()
+        }
 
     async def authenticate(self, token: str) -> Principal | None:
-        """The principal of `token`, or None."""
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        principal = self._principals.get(digest)
-        if principal is None:
-            return None
-        return Principal(id=principal.id, scope=principal.scope, validator=self.name)
+        """The principal of `token`, or None (principals are immutable: each key's is built once)."""
+        return self._principals.get(hashlib.sha256(token.encode()).hexdigest())
 
 
 def load_public_key(path: str) -> Any:

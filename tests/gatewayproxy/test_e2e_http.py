@@ -161,6 +161,31 @@ def test_idle_connection_is_closed(gateway: GatewayThread) -> None:
     assert 0.4 < time.monotonic() - started < 3
 
 
+def answered_keep_alive(gateway: GatewayThread) -> socket.socket:
+    """A connection whose first request has just been answered (its idle timer now runs)."""
+    sock = connect(gateway)
+    sock.sendall(chat_request())
+    data = b""
+    while b"Hello from primary" not in data:
+        data += sock.recv(65536)
+    return sock
+
+
+def test_each_timeout_of_a_kept_alive_connection_counts_from_its_own_start(gateway: GatewayThread) -> None:
+    """The idle timeout (600 ms) runs from the answer, not from the connection's first timer (400 ms); a head
+    that starts later gets the whole header timeout (400 ms) from its first byte."""
+    with answered_keep_alive(gateway) as sock:
+        answered = time.monotonic()
+        assert read_response(sock) == b""
+        assert 0.55 < time.monotonic() - answered < 3
+    with answered_keep_alive(gateway) as sock:
+        time.sleep(0.3)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n")
+        started = time.monotonic()
+        assert read_response(sock).startswith(b"HTTP/1.1 408 ")
+        assert 0.35 < time.monotonic() - started < 3
+
+
 def test_unknown_path_and_wrong_method(gateway: GatewayThread) -> None:
     assert exchange(gateway, b"GET /nope HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n").startswith(
         b"HTTP/1.1 404 "
