@@ -60,11 +60,13 @@ NATIVE_BETA_FIELD = "_native_beta"
 DELTA_TYPES = ("agent.message", "agent.thinking")
 MAX_ITERATIONS_DEFAULT = 3
 MAX_ITERATIONS_LIMIT = 20
+SEND_EVENTS_MAX = 100  # events in one `POST /events`
+MESSAGE_TEXT_MAX = 1_000_000  # characters in one text block
 
 
 class TextBlockSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["text"])
-    text = StrictCharField(allow_blank=True, trim_whitespace=False, max_length=1_000_000)
+    text = StrictCharField(allow_blank=True, trim_whitespace=False, max_length=MESSAGE_TEXT_MAX)
 
 
 class MediaSourceSerializer(StrictSerializer):
@@ -181,5 +183,53 @@ class SendEventsSerializer(StrictSerializer):
     """`POST /v1/sessions/{id}/events`: one or more user events, accepted or refused together."""
 
     events = serializers.ListField(
-        child=TaggedUnionField(USER_EVENT_SERIALIZERS, component_name="UserEvent"), min_length=1, max_length=100
+        child=TaggedUnionField(USER_EVENT_SERIALIZERS, component_name="UserEvent"),
+        min_length=1,
+        max_length=SEND_EVENTS_MAX,
     )
+
+
+def _plain_text(block: Any) -> bool:
+    """A `{type: "text", text}` block whose text every rule of `TextBlockSerializer` accepts."""
+    if not (isinstance(block, dict) and block.keys() == {"type", "text"} and block["type"] == "text"):
+        return False
+    text = block["text"]
+    if not isinstance(text, str) or len(text) > MESSAGE_TEXT_MAX or "\x00" in text:
+        return False
+    try:
+        text.encode()  # a lone surrogate does not encode: the serializer names it
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_message(event: Any) -> bool:
+    return (
+        isinstance(event, dict)
+        and event.keys() == {"type", "content"}
+        and event["type"] == "user.message"
+        and isinstance(event["content"], list)
+        and len(event["content"]) > 0
+        and all(_plain_text(block) for block in event["content"])
+    )
+
+
+def validated_events(data: Any) -> list[dict[str, Any]]:
+    """The events of a `POST /events` body, as `SendEventsSerializer` validates them.
+
+    Text-only `user.message` batches (most appends) are recognised without DRF's field machinery and
+    give the same values; anything else, every error included, goes through the serializer.
+    """
+    events = data.get("events") if isinstance(data, dict) and data.keys() == {"events"} else None
+    if (
+        isinstance(events, list)
+        and 1 <= len(events) <= SEND_EVENTS_MAX
+        and all(_plain_message(event) for event in events)
+    ):
+        return [
+            {"type": "user.message", "content": [{"type": "text", "text": block["text"]} for block in event["content"]]}
+            for event in events
+        ]
+    body = SendEventsSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    return list(body.validated_data["events"])

@@ -106,6 +106,11 @@ def wake_runtime(session_id: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [RUNTIME_CHANNEL, session_id])
+    wake_local_runtime(session_id)
+
+
+def wake_local_runtime(session_id: str) -> None:
+    """Tell the runtime workers of this process (the embedded default), once the transaction commits."""
     if _local_runtime_listeners:
         transaction.on_commit(lambda: [listener(session_id) for listener in list(_local_runtime_listeners)])
 

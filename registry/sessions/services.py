@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import orjson
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -188,7 +189,11 @@ def _stored_body(event: dict[str, Any], native: bool) -> dict[str, Any]:
     return body
 
 
-@transaction.atomic
+# Kinds whose acceptance no session state decides (what a confirmation or a tool result may answer
+# depends on the log; these depend only on the session being there and not terminated).
+UNCONDITIONAL_KINDS = frozenset({"user.message", "user.interrupt", "user.define_outcome"})
+
+
 def events_append(
     *,
     session: Session | None = None,
@@ -199,11 +204,80 @@ def events_append(
 ) -> list[SessionEvent]:
     """Append user events, all or none. They become visible once the runtime acknowledges them.
 
-    The API passes `session_id` and `workspace_id`: the one locking read is also the tenancy check.
+    The API passes `session_id` and `workspace_id`: the write is also the tenancy check. On PostgreSQL a
+    batch of unconditional kinds is one statement (`_append_in_one_statement`); any other batch, and
+    one that statement did not take (an unknown or terminated session), goes the checked way, which
+    raises the errors.
     """
+    events = list(events)
+    target = session.pk if session else session_id
+    assert target is not None
+    created = _new_events(target, events, native)
+    lean = connection.vendor == "postgresql" and {event["type"] for event in events} <= UNCONDITIONAL_KINDS
+    if lean and _append_in_one_statement(target, workspace_id, created):
+        return created
+    return _append_checked(target, workspace_id, events, created)
+
+
+def _new_events(session_id: str, events: list[dict[str, Any]], native: bool) -> list[SessionEvent]:
+    """The rows to store, each stamped as `auto_now_add` would, carrying the request's trace context."""
+    traceparent = tracing.current_traceparent()  # the appending request's span: the turn continues it
+    created = []
+    for event in events:
+        body = _stored_body(event, native)
+        if traceparent:
+            body[tracing.TRACEPARENT_FIELD] = traceparent
+        created.append(SessionEvent(session_id=session_id, type=event["type"], body=body, created_at=timezone.now()))
+    return created
+
+
+# Mark the session (its row lock orders the append with acknowledgments and archives), insert the
+# events, tell the runtime workers; nothing happens when the session is not there or is terminated.
+APPEND_STATEMENT = f"""
+WITH touched AS (
+    UPDATE {Session._meta.db_table} SET has_pending_events = true, updated_at = %(now)s
+    WHERE id = %(session)s AND workspace_id = COALESCE(%(workspace)s, workspace_id) AND status <> %(terminated)s
+    RETURNING id
+), added AS (
+    INSERT INTO {SessionEvent._meta.db_table} (id, session_id, type, body, created_at)
+    SELECT event.id, touched.id, event.type, event.body, event.created_at
+    FROM touched CROSS JOIN jsonb_to_recordset(%(events)s::jsonb)
+        AS event(id text, type text, body jsonb, created_at timestamptz)
+)
+SELECT pg_notify(%(channel)s, id) FROM touched
+"""
+
+
+def _append_in_one_statement(session_id: str, workspace_id: str | None, created: list[SessionEvent]) -> bool:
+    """The append in one round trip (its own transaction outside an atomic block); False if not taken."""
+    rows = [
+        {"id": event.id, "type": event.type, "body": event.body, "created_at": event.created_at.isoformat()}
+        for event in created
+    ]
+    parameters: dict[str, Any] = {
+        "now": timezone.now(),
+        "session": session_id,
+        "workspace": workspace_id,
+        "terminated": Session.Status.TERMINATED,
+        "events": orjson.dumps(rows).decode(),
+        "channel": notify.RUNTIME_CHANNEL,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(APPEND_STATEMENT, parameters)
+        taken = cursor.fetchone() is not None
+    if taken:
+        notify.wake_local_runtime(session_id)
+    return taken
+
+
+@transaction.atomic
+def _append_checked(
+    session_id: str, workspace_id: str | None, events: list[dict[str, Any]], created: list[SessionEvent]
+) -> list[SessionEvent]:
+    """The append under a locking read of the session: every kind, every error."""
     # Only what the checks read: the agent snapshot and resources are large and not needed here.
     rows = Session.objects.select_for_update().only("id", "status", "workspace_id", "environment_id", "harness")
-    rows = rows.filter(pk=session.pk if session else session_id)
+    rows = rows.filter(pk=session_id)
     if workspace_id is not None:
         rows = rows.filter(workspace_id=workspace_id)
     locked = rows.first()
@@ -211,7 +285,6 @@ def events_append(
         raise not_found(f"Session {session_id} not found.")
     if locked.status == Session.Status.TERMINATED:
         raise invalid_request("session_terminated: this session is terminated and accepts no more events.")
-    events = list(events)
     kinds = {event["type"] for event in events}
     # Only batches that answer something pay for reading what is open (plain messages stay O(1)).
     state = {
@@ -220,10 +293,6 @@ def events_append(
     }
     for index, event in enumerate(events):
         _check_event(locked, index, event, state)
-    created = [SessionEvent(session=locked, type=event["type"], body=_stored_body(event, native)) for event in events]
-    if traceparent := tracing.current_traceparent():  # the appending request's span: the turn continues it
-        for row in created:
-            row.body[tracing.TRACEPARENT_FIELD] = traceparent
     SessionEvent.objects.bulk_create(created)
     Session.objects.filter(pk=locked.pk).update(has_pending_events=True, updated_at=timezone.now())
     notify.wake_runtime(locked.pk)

@@ -19,7 +19,7 @@ from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schem
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
 from registry.sessions import resources, selectors, services
-from registry.sessions.events import SendEventsSerializer
+from registry.sessions.events import SendEventsSerializer, validated_events
 from registry.sessions.filters import EventFilter, SessionFilter
 from registry.sessions.models import Session
 from registry.sessions.serializers import (
@@ -119,12 +119,10 @@ class SessionEventViewSet(WorkspaceViewSet):
         responses=inline_serializer("SentEvents", {"data": AppendedEventSerializer(many=True)}),
     )
     def create(self, request: Request, id: str) -> Response:
-        body = SendEventsSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
         created = services.events_append(
             session_id=id,
             workspace_id=self.principal.workspace_id,
-            events=body.validated_data["events"],
+            events=validated_events(request.data),
             native=is_native(request),
         )
         return Response({"data": [AppendedEventSerializer.render(event) for event in created]})
