@@ -334,8 +334,11 @@ class Dispatch:
         """One attempt under the plan's per-attempt timeout, its failures mapped, its time counted."""
         context = self.context
         started = time.perf_counter()
+        timeout = self.plan.attempts.timeout_seconds
         try:
-            async with asyncio.timeout(self.plan.attempts.timeout_seconds):
+            if timeout is None:  # the request's deadline still applies
+                return await call()
+            async with asyncio.timeout(timeout):
                 return await call()
         except TimeoutError:
             return Failure("timeout", f"destination {adapter.name!r} did not answer in time")
