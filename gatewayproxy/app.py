@@ -25,7 +25,15 @@ from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.planes.admin import AdminPlane, ConfigWriter
 from gatewayproxy.planes.data import DataPlane, protocol_of_path
-from gatewayproxy.server.protocol import Capacity, ConnectionTracker, Handler, HttpProtocol, ProtocolOf, Timeouts
+from gatewayproxy.server.protocol import (
+    Capacity,
+    ConnectionTracker,
+    Handler,
+    HttpProtocol,
+    ProtocolOf,
+    Timeouts,
+    TlsHttpProtocol,
+)
 from gatewayproxy.server.tls import ServerTls
 from gatewayproxy.server.upstream import Origin, UpstreamLimits, UpstreamPool
 from gatewayproxy.server.workers import WorkerSet
@@ -200,9 +208,10 @@ class Gateway:
         )
         timeouts = Timeouts(limits_config.header_read_timeout_ms / 1000, limits_config.idle_timeout_ms / 1000)
         tracker = ConnectionTracker()
+        protocol = HttpProtocol if tls is None else TlsHttpProtocol
         host, port = split_address(address)
         server = await asyncio.get_running_loop().create_server(
-            lambda: HttpProtocol(handler, limits, timeouts, tracker, capacity, protocol_of),
+            lambda: protocol(handler, limits, timeouts, tracker, capacity, protocol_of),
             host,
             port,
             reuse_port=self.reuse_port or None,

@@ -124,3 +124,19 @@ def test_a_changed_certificate_is_served_within_ten_seconds(
     wait_until(fresh_served, timeout=10, what="the new certificate to be served")
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{_https(thread)}/v1/models", verify=ssl.create_default_context(cafile=str(old_ca)))
+
+
+def test_requests_larger_than_one_tls_read_arrive_whole(
+    served: tuple[GatewayThread, Path, Path], primary: FakeProvider
+) -> None:
+    """Decrypted bytes are handed over 64 KiB at a time through one shared buffer: a 300 KB prompt, twice on one
+    keep-alive connection, reaches the provider intact."""
+    thread, ca_file, _ = served
+    primary.reset()
+    prompts = ["a" * 300_000, "b" * 150_000]
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(ca_file))) as http:
+        for prompt in prompts:
+            body = {"model": "gpt", "messages": [{"role": "user", "content": prompt}]}
+            assert http.post(f"{_https(thread)}/v1/chat/completions", json=body).status_code == 200
+    sent = [received.body["messages"][0]["content"] for received in primary.received[-2:]]
+    assert sent == prompts
