@@ -1,7 +1,9 @@
 """`python -m bench.runtime`: the session runtime's pickup latency, concurrency and memory per session.
 
 - pickup: `POST /events` with a `user.message` -> the runtime's model request arrives at the fake
-  model (both clocks in this process), one session at a time;
+  model (both clocks in this process), one session at a time, after `--warmup` turns not counted
+  (the first turn of a fresh daphne and worker pays their lazy imports and first connections; it is
+  reported on its own);
 - concurrency: 64 sessions whose model takes 2 s each, on one worker process (effective concurrency
   = 64 x 2 s / wall time);
 - scale: 200 sessions waiting on a slow model at once in one worker; its RSS idle and while they wait.
@@ -101,6 +103,7 @@ def wait_idle(session_ids: list[str], turns: int, timeout: float = 300) -> None:
 
 
 def measure_pickup(port: int, api_key: str, session_id: str, model: FakeModel, turns: int) -> list[float]:
+    """Each turn's pickup in ms, in order (the first is the cold one)."""
     latencies = []
     for turn in range(1, turns + 1):
         model.add(replies.text("ok"))
@@ -143,6 +146,7 @@ def measure_scale(port: int, api_key: str, sessions: list[str], model: FakeModel
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pickups", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--scale", type=int, default=200)
     arguments = parser.parse_args()
 
@@ -152,7 +156,8 @@ def main() -> None:
     model = FakeModel()
     with daphne(database_url, REDIS_URL=REDIS_URL) as port:
         with worker(database_url, model.url, concurrency=32):
-            pickups = measure_pickup(port, api_key, sessions[0], model, arguments.pickups)
+            turns = measure_pickup(port, api_key, sessions[0], model, arguments.warmup + arguments.pickups)
+            cold, pickups = turns[0], turns[arguments.warmup :]
             model.reset()
             elapsed = measure_concurrency(port, api_key, sessions[1:65], model, 2.0)
         model.reset()
@@ -169,6 +174,8 @@ def main() -> None:
             "- Model: the tests' scripted fake model on loopback, in the benchmark's process",
             "",
             f"## Pickup: POST user.message -> the model request ({len(pickups)} turns, one at a time)",
+            "",
+            f"After {arguments.warmup} warm-up turns; the first (cold) turn took {cold:.1f} ms.",
             "",
             "| p50 ms | p99 ms | mean ms |",
             "|---|---|---|",

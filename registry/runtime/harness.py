@@ -29,6 +29,7 @@ from registry.runtime.attachments import FileSources, rubric_for_grader
 from registry.runtime.budget import BudgetMeter
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.credentials import bearer_for
+from registry.runtime.eventlog import VisibleLogs
 from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError, ModelResponse, request_options
@@ -144,8 +145,10 @@ class SessionRunner:
         config: RuntimeSettings,
         stopping: threading.Event,
         sandboxes: BwrapBackend | None = None,
+        logs: VisibleLogs | None = None,
     ) -> None:
         self.lease = lease
+        self.logs = logs or VisibleLogs(sessions=1)
         self.identity = identity
         self.sandboxes = sandboxes
         self.session_id = lease.session_id
@@ -322,7 +325,7 @@ class SessionRunner:
             return {"type": "end_turn"}
 
     def _visible_events(self) -> list[SessionEvent]:
-        return list(SessionEvent.objects.filter(session_id=self.session_id, seq__isnull=False).order_by("seq"))
+        return self.logs.read(self.session_id)
 
     # -- limits and budget --------------------------------------------------------------------
     def _enforce_limits(self, events: list[SessionEvent]) -> None:
@@ -414,6 +417,10 @@ class SessionRunner:
         self._emit("session.error", error_body(kind, message, retry, **fields))
 
     def _set_status(self, status: str, stop_reason: dict[str, Any] | None = None) -> None:
+        """A transition; staying `running` writes nothing, so it costs no transaction either (an archive
+        meanwhile is refused by the next fenced write, which comes before any side effect)."""
+        if status == Status.RUNNING == self.status:
+            return
         services.session_transition(
             session_id=self.session_id, status=status, stop_reason=stop_reason, fence=self.fence
         )

@@ -5,7 +5,8 @@ A claim raises the session's `lease_token`; every write the turn makes carries t
 worker also stops itself before any side effect once its lease may have run out (a renewal that
 did not land in time), so a stalled worker that wakes up writes nothing.
 
-PostgreSQL claims with `SELECT ... FOR UPDATE SKIP LOCKED`, so workers never wait on each other;
+PostgreSQL claims in one `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING`, so
+workers never wait on each other;
 SQLite serializes writers, and the conditional update is what makes a claim exclusive there.
 """
 
@@ -15,10 +16,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from registry.sessions.models import Session
@@ -42,23 +43,50 @@ def claim_batch(*, owner: str, seconds: float, limit: int) -> list[Claim]:
     """Lease up to `limit` sessions that have waited longest for work."""
     if limit <= 0:
         return []
+    expires = timezone.now() + timedelta(seconds=seconds)
+    claim = _claim_in_one_statement if connection.vendor == "postgresql" else _claim_in_transaction
+    return [
+        Claim(Fence(session_id, owner, token), attempts) for session_id, token, attempts in claim(owner, expires, limit)
+    ]
+
+
+def _candidates(limit: int) -> QuerySet[Session]:
+    return Session.objects.filter(sessions_with_work()).order_by("updated_at")[:limit]
+
+
+# One round trip: the oldest sessions with work that no other worker is claiming right now (SKIP
+# LOCKED), each given this owner, an expiry and the next fencing token.
+CLAIM_STATEMENT = f"""
+UPDATE {Session._meta.db_table} SET lease_owner = %s, lease_expires_at = %s, lease_token = lease_token + 1,
+    turn_attempts = CASE WHEN status = ANY(%s) THEN turn_attempts + 1 ELSE 1 END
+WHERE id IN ({{candidates}} FOR UPDATE SKIP LOCKED)
+RETURNING id, lease_token, turn_attempts
+"""
+
+
+def _claim_in_one_statement(owner: str, expires: datetime, limit: int) -> list[tuple[str, int, int]]:
+    candidates, parameters = _candidates(limit).values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(CLAIM_STATEMENT.format(candidates=candidates), [owner, expires, list(ORPHANED), *parameters])
+        return list(cursor.fetchall())
+
+
+def _claim_in_transaction(owner: str, expires: datetime, limit: int) -> list[tuple[str, int, int]]:
+    """SQLite: a conditional update is what makes the claim exclusive (writers are serialized)."""
     with transaction.atomic():
-        candidates = Session.objects.filter(sessions_with_work()).order_by("updated_at")
-        if connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True)
-        ids = list(candidates.values_list("pk", flat=True)[:limit])
+        ids = list(_candidates(limit).values_list("pk", flat=True))
         if not ids:
             return []
         Session.objects.filter(sessions_with_work(), pk__in=ids).update(
             lease_owner=owner,
-            lease_expires_at=timezone.now() + timedelta(seconds=seconds),
+            lease_expires_at=expires,
             lease_token=F("lease_token") + 1,
             turn_attempts=Case(When(status__in=ORPHANED, then=F("turn_attempts") + 1), default=Value(1)),
         )
         claimed = Session.objects.filter(pk__in=ids, lease_owner=owner).values_list(
             "pk", "lease_token", "turn_attempts"
         )
-        return [Claim(Fence(session_id, owner, token), attempts) for session_id, token, attempts in claimed]
+        return list(claimed)
 
 
 class Lease:

@@ -35,6 +35,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from registry.core.observability import DatabaseGauge, HealthServer, database_reachable, log_ids
 from registry.runtime.config import RuntimeSettings
+from registry.runtime.eventlog import VisibleLogs
 from registry.runtime.harness import SessionRunner, WorkerStopping, fail_turn
 from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost, claim_batch
@@ -172,6 +173,7 @@ class Worker:
         self.identity = ModelCallIdentity()
         self.keeper = LeaseKeeper(owner=self.owner, seconds=config.lease_seconds)
         self.sandboxes = sandbox_backend()
+        self.logs = VisibleLogs(sessions=config.concurrency)
         self.runners: dict[str, SessionRunner] = {}
         # Sessions with a sandbox here that a notification named while no turn ran: maybe terminated.
         self.ended: set[str] = set()
@@ -319,6 +321,7 @@ class Worker:
             config=self.config,
             stopping=self.stopping,
             sandboxes=self.sandboxes,
+            logs=self.logs,
         )
         with self.runners_lock:
             self.runners[lease.session_id] = runner

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from django.db import connection, transaction
@@ -317,6 +318,13 @@ def _lock_session(session_id: str, fence: Fence | None) -> Session:
     """Lock the session row; a fenced write is refused unless the fence still holds it."""
     session = Session.objects.select_for_update().only("last_seq", "status", "lease_owner", "lease_token")
     found = session.filter(pk=session_id).first()
+    _check_fence(session_id, found, fence)
+    assert found is not None
+    return found
+
+
+def _check_fence(session_id: str, found: Session | None, fence: Fence | None) -> None:
+    """Raise `LeaseLost` when the session is gone, or the fence no longer holds it."""
     if found is None:
         raise LeaseLost(f"session {session_id} no longer exists")
     if fence is not None and (
@@ -325,7 +333,6 @@ def _lock_session(session_id: str, fence: Fence | None) -> Session:
         or found.status == Session.Status.TERMINATED
     ):
         raise LeaseLost(f"session {session_id} is no longer held by {fence.owner} (token {fence.token})")
-    return found
 
 
 def _next_seq(session_id: str, fence: Fence | None) -> int:
@@ -333,15 +340,62 @@ def _next_seq(session_id: str, fence: Fence | None) -> int:
     return _lock_session(session_id, fence).last_seq + 1
 
 
-@transaction.atomic
-def events_acknowledge(*, session_id: str, event_ids: Iterable[str], fence: Fence | None = None) -> list[SessionEvent]:
-    """Mark user events processed: each gets `processed_at` and the next `seq`, in append order."""
-    seq = _next_seq(session_id, fence)
-    now = timezone.now()
-    pending = list(
-        SessionEvent.objects.filter(session_id=session_id, pk__in=list(event_ids), seq__isnull=True).order_by(
-            "created_at", "id"
+def events_acknowledge(*, session_id: str, event_ids: Iterable[str], fence: Fence | None = None) -> int:
+    """Mark user events processed: each gets `processed_at` and the next `seq`, in append order.
+    Returns how many were still pending."""
+    ids, now = list(event_ids), timezone.now()
+    if connection.vendor == "postgresql":
+        acknowledged = _acknowledge_in_one_statement(session_id, ids, fence, now)
+    else:
+        acknowledged = _acknowledge_locked(session_id, ids, fence, now)
+    notify.wake_after_commit(session_id)
+    return acknowledged
+
+
+# Lock the fenced session row, number the pending events among `ids` after its `last_seq` in append
+# order, and move `last_seq` and `has_pending_events` along; no row when the fence is refused.
+ACKNOWLEDGE_STATEMENT = f"""
+WITH fenced AS (
+    SELECT id, last_seq FROM {Session._meta.db_table}
+    WHERE id = %(session)s AND (%(unfenced)s OR (lease_owner = %(owner)s AND lease_token = %(token)s
+        AND status <> %(terminated)s))
+    FOR UPDATE
+), pending AS (
+    SELECT event.id, fenced.last_seq + row_number() OVER (ORDER BY event.created_at, event.id) AS seq
+    FROM {SessionEvent._meta.db_table} event JOIN fenced ON event.session_id = fenced.id
+    WHERE event.seq IS NULL AND event.id = ANY(%(ids)s)
+), numbered AS (
+    UPDATE {SessionEvent._meta.db_table} event SET seq = pending.seq, processed_at = %(now)s
+    FROM pending WHERE event.id = pending.id
+), moved AS (
+    UPDATE {Session._meta.db_table} session
+    SET last_seq = fenced.last_seq + (SELECT count(*) FROM pending), updated_at = %(now)s,
+        has_pending_events = EXISTS (
+            SELECT 1 FROM {SessionEvent._meta.db_table} event
+            WHERE event.session_id = fenced.id AND event.seq IS NULL AND event.id NOT IN (SELECT id FROM pending)
         )
+    FROM fenced WHERE session.id = fenced.id
+)
+SELECT (SELECT count(*) FROM pending) FROM fenced
+"""
+
+
+def _acknowledge_in_one_statement(session_id: str, ids: list[str], fence: Fence | None, now: datetime) -> int:
+    parameters = {**_fence_parameters(session_id, fence), "ids": ids, "now": now}
+    with connection.cursor() as cursor:
+        cursor.execute(ACKNOWLEDGE_STATEMENT, parameters)
+        row = cursor.fetchone()
+    if row is None:
+        _raise_refused(session_id, fence)
+    return int(row[0])
+
+
+@transaction.atomic
+def _acknowledge_locked(session_id: str, ids: list[str], fence: Fence | None, now: datetime) -> int:
+    """The acknowledgment under a locking read of the session (databases without one-statement writes)."""
+    seq = _next_seq(session_id, fence)
+    pending = list(
+        SessionEvent.objects.filter(session_id=session_id, pk__in=ids, seq__isnull=True).order_by("created_at", "id")
     )
     for event in pending:
         event.seq, event.processed_at = seq, now
@@ -349,11 +403,27 @@ def events_acknowledge(*, session_id: str, event_ids: Iterable[str], fence: Fenc
     SessionEvent.objects.bulk_update(pending, ["seq", "processed_at"])
     remaining = SessionEvent.objects.filter(session_id=session_id, seq__isnull=True).exists()
     Session.objects.filter(pk=session_id).update(last_seq=seq - 1, has_pending_events=remaining, updated_at=now)
-    notify.wake_after_commit(session_id)
-    return pending
+    return len(pending)
 
 
-@transaction.atomic
+def _fence_parameters(session_id: str, fence: Fence | None) -> dict[str, Any]:
+    """The parameters the one-statement writes check a fence with (no fence: any holder)."""
+    return {
+        "session": session_id,
+        "unfenced": fence is None,
+        "owner": fence.owner if fence else None,
+        "token": fence.token if fence else None,
+        "terminated": Session.Status.TERMINATED,
+    }
+
+
+def _raise_refused(session_id: str, fence: Fence | None) -> NoReturn:
+    """A one-statement write found no row to take: name what happened (gone, taken over, terminated)."""
+    found = Session.objects.only("status", "lease_owner", "lease_token").filter(pk=session_id).first()
+    _check_fence(session_id, found, fence)
+    raise LeaseLost(f"session {session_id} refused the write")
+
+
 def event_emit(
     *,
     session_id: str,
@@ -369,18 +439,77 @@ def event_emit(
     crash costs nothing (the span opening a model call). The next ordinary commit flushes it too, so
     the log never has a gap: a crash can only lose the tail that this event ends.
     """
-    if not flush and connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-    seq = _next_seq(session_id, fence)
     now = timezone.now()
-    event = SessionEvent(session_id=session_id, seq=seq, type=type, body=body, processed_at=now)
+    event = SessionEvent(session_id=session_id, type=type, body=body, processed_at=now, created_at=now)
     if event_id:
         event.id = event_id
-    event.save(force_insert=True)
-    Session.objects.filter(pk=session_id).update(last_seq=seq, updated_at=now)
+    if connection.vendor == "postgresql":
+        if not _emit_in_one_statement(event, fence, flush=flush):
+            _raise_refused(session_id, fence)
+    else:
+        _emit_locked(event, fence)
     notify.wake_after_commit(session_id)
     return event
+
+
+# Take the next `seq` on the fenced session row (its lock orders the log) and insert the event with it;
+# with a `status`, also move the session to it, only from one of `sources` (a status event). `relaxed`
+# makes this transaction's commit skip the WAL flush when asked (`set_config` is local to it).
+EMIT_STATEMENT = f"""
+WITH relaxed AS (
+    SELECT CASE WHEN %(flush)s THEN NULL ELSE set_config('synchronous_commit', 'off', true) END
+), fenced AS (
+    UPDATE {Session._meta.db_table} SET last_seq = last_seq + 1, updated_at = %(now)s,
+        status = COALESCE(%(status)s, status),
+        stop_reason = CASE WHEN %(status)s IS NULL THEN stop_reason ELSE %(stop_reason)s::jsonb END,
+        turn_attempts = CASE WHEN %(status)s = %(idle)s THEN 0 ELSE turn_attempts END
+    WHERE id = %(session)s AND (%(sources)s::text[] IS NULL OR status = ANY(%(sources)s::text[]))
+        AND (%(unfenced)s OR (lease_owner = %(owner)s AND lease_token = %(token)s AND status <> %(terminated)s))
+    RETURNING id, last_seq
+)
+INSERT INTO {SessionEvent._meta.db_table} (id, session_id, seq, type, body, created_at, processed_at)
+SELECT %(id)s, fenced.id, fenced.last_seq, %(type)s, %(body)s::jsonb, %(now)s, %(now)s FROM fenced, relaxed
+RETURNING seq
+"""
+
+
+def _emit_in_one_statement(
+    event: SessionEvent,
+    fence: Fence | None,
+    *,
+    flush: bool = True,
+    status: str | None = None,
+    stop_reason: dict[str, Any] | None = None,
+) -> bool:
+    """The event (and the move to `status`) in one round trip, its own transaction outside an atomic
+    block; False when the session did not take it (gone, fenced out, or not in a status it may leave)."""
+    sources = sorted(source for source, targets in TRANSITIONS.items() if status in targets) if status else None
+    parameters = {
+        **_fence_parameters(event.session_id, fence),
+        "flush": flush,
+        "now": event.processed_at,
+        "status": status,
+        "stop_reason": orjson.dumps(stop_reason).decode() if stop_reason is not None else None,
+        "idle": Status.IDLE,
+        "sources": sources,
+        "id": event.id,
+        "type": event.type,
+        "body": orjson.dumps(event.body).decode(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(EMIT_STATEMENT, parameters)
+        row = cursor.fetchone()
+    if row is not None:
+        event.seq = row[0]
+    return row is not None
+
+
+@transaction.atomic
+def _emit_locked(event: SessionEvent, fence: Fence | None) -> None:
+    """The event under a locking read of the session (databases without one-statement writes)."""
+    event.seq = _next_seq(event.session_id, fence)
+    event.save(force_insert=True)
+    Session.objects.filter(pk=event.session_id).update(last_seq=event.seq, updated_at=event.processed_at)
 
 
 STATUS_EVENTS = {
@@ -403,7 +532,6 @@ class SessionTerminated(LeaseLost):
     """A transition was asked of a terminated session: `terminated` is final."""
 
 
-@transaction.atomic
 def session_transition(
     *, session_id: str, status: str, stop_reason: dict[str, Any] | None = None, fence: Fence | None = None
 ) -> SessionEvent | None:
@@ -411,8 +539,29 @@ def session_transition(
 
     Runs under the session row lock, so an archive and a running turn's last write are ordered: once
     terminated, every later transition raises `SessionTerminated`. A move to the current status is
-    a no-op (None).
+    a no-op (None). On PostgreSQL a move the table allows (other than to `terminated`) is one statement;
+    what that statement does not take goes the locked way, which decides and raises.
     """
+    stop_reason = stop_reason if status == Status.IDLE else None
+    if connection.vendor == "postgresql" and status != Status.TERMINATED:
+        event = _status_event(session_id, status, stop_reason)
+        if _emit_in_one_statement(event, fence, status=status, stop_reason=stop_reason):
+            notify.wake_after_commit(session_id)
+            return event
+    return _transition_locked(session_id, status, stop_reason, fence)
+
+
+def _status_event(session_id: str, status: str, stop_reason: dict[str, Any] | None) -> SessionEvent:
+    now = timezone.now()
+    body = {"stop_reason": stop_reason} if status == Status.IDLE else {}
+    event_type = STATUS_EVENTS[Session.Status(status)]
+    return SessionEvent(session_id=session_id, type=event_type, body=body, processed_at=now, created_at=now)
+
+
+@transaction.atomic
+def _transition_locked(
+    session_id: str, status: str, stop_reason: dict[str, Any] | None, fence: Fence | None
+) -> SessionEvent | None:
     current = _lock_session(session_id, fence).status
     if current == Status.TERMINATED:
         raise SessionTerminated(f"session {session_id} is terminated")
@@ -420,15 +569,15 @@ def session_transition(
         return None
     if status not in TRANSITIONS[current]:
         raise ValueError(f"session {session_id}: no transition from {current} to {status}")
-    fields: dict[str, Any] = {"status": status, "stop_reason": stop_reason if status == Status.IDLE else None}
+    fields: dict[str, Any] = {"status": status, "stop_reason": stop_reason}
     if status == Status.TERMINATED:
         fields.update(lease_owner=None, lease_expires_at=None)
         notify.wake_runtime(session_id)
     if status == Status.IDLE:
         fields["turn_attempts"] = 0
     Session.objects.filter(pk=session_id).update(**fields)
-    body = {"stop_reason": stop_reason} if status == Status.IDLE else {}
-    return event_emit(session_id=session_id, type=STATUS_EVENTS[Session.Status(status)], body=body, fence=fence)
+    event = _status_event(session_id, status, stop_reason)
+    return event_emit(session_id=session_id, type=event.type, body=event.body, fence=fence)
 
 
 @transaction.atomic
