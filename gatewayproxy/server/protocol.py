@@ -21,6 +21,7 @@ from gatewayproxy.http.connection import (
     failure_response,
 )
 from gatewayproxy.server.flow import FlowControl
+from gatewayproxy.server.tls_reads import SharedTlsReads
 
 logger = logging.getLogger("gatewayproxy.server")
 
@@ -45,7 +46,6 @@ _RETRY_AFTER = "retry-after: 1\r\n"
 # After an early error answer the rest of the request is read and dropped for this long before closing: closing
 # with unread bytes would reset the connection and could destroy the answer before the client reads it.
 LINGER_SECONDS = 2.0
-TLS_READ_BYTES = 65536  # decrypted bytes handed over per read (more wait for the next)
 
 
 def _vendor_a(path: str) -> Protocol:
@@ -336,19 +336,5 @@ class HttpProtocol(asyncio.Protocol):
         self._reject(ProtocolFailure(408, ErrorCode.REQUEST_TIMEOUT, "the request was not received in time"))
 
 
-class TlsHttpProtocol(HttpProtocol, asyncio.BufferedProtocol):
-    """`HttpProtocol` behind TLS, reading decrypted bytes into one buffer shared by the process's connections.
-
-    Given a plain protocol, uvloop's TLS layer asks OpenSSL for up to 256 KiB per read into a fresh bytes
-    object, above glibc's mmap threshold: every request paid an mmap, an mremap and a munmap (counted with
-    strace). A buffered protocol is read into instead; the bytes are copied out before the next read, so one
-    buffer serves every connection of the (single-threaded) loop.
-    """
-
-    _shared = memoryview(bytearray(TLS_READ_BYTES))
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._shared
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(bytes(self._shared[:nbytes]))
+class TlsHttpProtocol(HttpProtocol, SharedTlsReads):
+    """`HttpProtocol` behind TLS (see `gatewayproxy.server.tls_reads`)."""

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.server.tls_reads import SharedTlsReads
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_IDLE_PER_ORIGIN = 256
@@ -313,6 +314,10 @@ class _OriginSlots:
             self.open += 1
 
 
+class _TlsUpstreamProtocol(_UpstreamProtocol, SharedTlsReads):
+    """`_UpstreamProtocol` over TLS (see `gatewayproxy.server.tls_reads`)."""
+
+
 class UpstreamPool:
     """Keep-alive connections per origin, reused last-in first-out, at most `max_connections` open per origin."""
 
@@ -343,7 +348,11 @@ class UpstreamPool:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
                 _, protocol = await loop.create_connection(
-                    _UpstreamProtocol, origin.host, origin.port, ssl=tls, server_hostname=origin.host if tls else None
+                    _TlsUpstreamProtocol if tls else _UpstreamProtocol,
+                    origin.host,
+                    origin.port,
+                    ssl=tls,
+                    server_hostname=origin.host if tls else None,
                 )
         except (OSError, ssl.SSLError) as error:
             slots.lost()

@@ -3,6 +3,7 @@ http/1.1 and no compression, and a changed certificate served without a restart.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import ssl
@@ -14,7 +15,9 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+import uvloop
 
+from gatewayproxy.server.upstream import Origin, UpstreamPool
 from tests.gatewayproxy.fake_provider import FakeProvider
 from tests.gatewayproxy.harness import GatewayThread
 from tests.support.clients import vendor_a_client, vendor_b_client
@@ -140,3 +143,32 @@ def test_requests_larger_than_one_tls_read_arrive_whole(
             assert http.post(f"{_https(thread)}/v1/chat/completions", json=body).status_code == 200
     sent = [received.body["messages"][0]["content"] for received in primary.received[-2:]]
     assert sent == prompts
+
+
+def test_upstream_answers_larger_than_one_tls_read_arrive_whole(tmp_path: Path) -> None:
+    """An HTTPS upstream's 200 KB answer, twice on one pooled connection, read through the shared buffer."""
+    pki = make_pki(tmp_path)
+    answer = bytes(range(256)) * 800
+
+    async def exchange() -> list[bytes]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            for _ in range(2):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(answer) + answer)
+            writer.close()
+
+        server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_tls.load_cert_chain(pki.server_chain)
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_tls)
+        pool = UpstreamPool(ssl.create_default_context(cafile=str(pki.ca_file)))
+        origin = Origin("https", "localhost", server.sockets[0].getsockname()[1], "")
+        bodies = []
+        for _ in range(2):
+            response = await pool.request(origin, b"GET", b"/", [(b"host", origin.host_header)], b"")
+            bodies.append(await response.read())
+            response.release()
+        pool.close()
+        server.close()
+        return bodies
+
+    assert uvloop.run(exchange()) == [answer, answer]
