@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -41,6 +42,9 @@ class Command(BaseCommand):
         )
         worker = Worker(config)
         health = health_server(HEALTH_PORT, worker.readiness, [QUEUE_DEPTH])
+        # Everything loaded so far lives as long as the process: out of the collector's sight, a full
+        # collection walks only what turns allocate (one walking it all paused turns 100-260 ms here).
+        gc.freeze()
         worker.run(once=options["once"], max_idle=options["max_idle"], health=health)
         if worker.abandoned:
             # Their threads wait in calls without a checkpoint (their leases are released, their writes
