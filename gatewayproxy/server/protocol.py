@@ -21,6 +21,7 @@ from gatewayproxy.http.connection import (
     failure_response,
 )
 from gatewayproxy.server.flow import FlowControl
+from gatewayproxy.server.timers import LazyTimer
 from gatewayproxy.server.tls_reads import SharedTlsReads
 
 logger = logging.getLogger("gatewayproxy.server")
@@ -125,9 +126,8 @@ class HttpProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._held = bytearray()
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline: float | None = None
         self._loop = asyncio.get_running_loop()
+        self._timer = LazyTimer(self._loop, self._timed_out)
 
     @property
     def busy(self) -> bool:
@@ -143,7 +143,8 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._tracker.connections.discard(self)
-        self._drop_timer()
+        self._head_timer = False
+        self._timer.drop()
         self._flow.close()
         if self._task is not None:
             self._task.cancel()
@@ -298,37 +299,14 @@ class HttpProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def _arm_timer(self, seconds: float) -> None:
-        """Time out `seconds` from now. One loop timer serves every deadline: it is moved only when a deadline
-        comes before it, and when it fires before the current deadline it waits again (so a keep-alive
-        connection does not schedule and cancel loop timers on every request)."""
         self._head_timer = False
-        self._deadline = deadline = self._loop.time() + seconds
-        if self._timer is None or self._timer.when() > deadline:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(deadline, self._timer_fired)
+        self._timer.set(seconds)
 
     def _cancel_timer(self) -> None:
         self._head_timer = False
-        self._deadline = None
-
-    def _drop_timer(self) -> None:
-        self._cancel_timer()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _timer_fired(self) -> None:
-        self._timer = None
-        if self._deadline is None:
-            return
-        if self._deadline > self._loop.time():
-            self._timer = self._loop.call_at(self._deadline, self._timer_fired)
-            return
-        self._timed_out()
+        self._timer.clear()
 
     def _timed_out(self) -> None:
-        self._deadline = None
         self._head_timer = False
         if self._lingering or self._http.waiting_for_request:
             self._close()

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.server.timers import LazyTimer
 from gatewayproxy.server.tls_reads import SharedTlsReads
 
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -123,7 +124,9 @@ class _UpstreamProtocol(asyncio.Protocol):
         self._wakeup: asyncio.Future[None] | None = None
         self._paused = False
         self.read_timeout: float | None = None
-        self.idle_timer: asyncio.TimerHandle | None = None
+        loop = asyncio.get_running_loop()
+        self.idle_timer = LazyTimer(loop, self.close)
+        self._read_timer = LazyTimer(loop, self._read_expired)
         self.on_lost: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -203,8 +206,8 @@ class _UpstreamProtocol(asyncio.Protocol):
             self.error = UpstreamError("closed")
         self.keep_alive = False
         self._wake()
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
+        self.idle_timer.drop()
+        self._read_timer.drop()
         on_lost, self.on_lost = self.on_lost, None
         if on_lost is not None:
             on_lost()
@@ -223,14 +226,13 @@ class _UpstreamProtocol(asyncio.Protocol):
                 return None
             if self.error is not None:
                 raise self.error
-            loop = asyncio.get_running_loop()
-            self._wakeup = loop.create_future()
-            timer = loop.call_later(self.read_timeout, self._read_expired) if self.read_timeout else None
+            self._wakeup = asyncio.get_running_loop().create_future()
+            if self.read_timeout:
+                self._read_timer.set(self.read_timeout)
             try:
                 await self._wakeup
             finally:
-                if timer is not None:
-                    timer.cancel()
+                self._read_timer.clear()
             self._wakeup = None
         data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
         self._chunks.clear()
@@ -404,9 +406,7 @@ class UpstreamPool:
         idle = slots.idle
         while idle:
             connection = idle.pop()
-            if connection.idle_timer is not None:
-                connection.idle_timer.cancel()
-                connection.idle_timer = None
+            connection.idle_timer.clear()
             if connection.usable:
                 connection.reused = True
                 return connection
@@ -430,7 +430,7 @@ class UpstreamPool:
         if len(idle) >= MAX_IDLE_PER_ORIGIN:
             connection.close()
             return
-        connection.idle_timer = asyncio.get_running_loop().call_later(IDLE_CONNECTION_SECONDS, connection.close)
+        connection.idle_timer.set(IDLE_CONNECTION_SECONDS)
         idle.append(connection)
 
     async def request(
