@@ -342,7 +342,7 @@ class CacheStage(Stage):
                 context.status = status
                 finish(context)
 
-        return Response(status, SSE_CONTENT, stream=replay())
+        return Response(status, SSE_CONTENT, stream=replay(), first_chunk_ready=True)
 
     def _keep(self, context: RequestContext, key: str, response: Response) -> Response:
         if not 200 <= response.status < 300:

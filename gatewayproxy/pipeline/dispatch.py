@@ -402,7 +402,7 @@ class Dispatch:
             upstream.release()
             return Failure("5xx", f"destination {adapter.name!r} failed before the first event")
         relay = self._relay(adapter, frames, rest, chunks, decoder, translator, upstream)
-        return Response(200, SSE_CONTENT, stream=relay)
+        return Response(200, SSE_CONTENT, stream=relay, first_chunk_ready=not self.inspectors)
 
     async def _relay(
         self,

@@ -29,12 +29,15 @@ logger = logging.getLogger("gatewayproxy.server")
 
 @dataclass
 class Response:
-    """What a handler answers: a whole `body`, or a `stream` of body chunks."""
+    """What a handler answers: a whole `body`, or a `stream` of body chunks. `first_chunk_ready` says the
+    stream's first chunk comes without waiting, so the head goes out with it in one write (a stream whose
+    first chunk may wait, such as an MCP event stream, sends its head at once)."""
 
     status: int
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
+    first_chunk_ready: bool = False
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -257,12 +260,16 @@ class HttpProtocol(asyncio.Protocol):
             transport.write(self._http.send_response(response.status, headers, response.body))
             return
         stream = response.stream
-        transport.write(self._http.send_head(response.status, headers))
+        head = self._http.send_head(response.status, headers)
         try:
+            if not response.first_chunk_ready:
+                transport.write(head)
+                head = b""
             async for chunk in stream:
-                transport.write(self._http.send_data(chunk))
+                transport.write(head + self._http.send_data(chunk))
+                head = b""
                 await self._flow.drain()
-            transport.write(self._http.send_end())
+            transport.write(head + self._http.send_end())
         finally:
             # A client gone mid-stream ends the producer now (its upstream closes, its usage settles), not
             # whenever the garbage collector finalizes it.
