@@ -314,6 +314,7 @@ class FakeProvider:
         self.received: list[Received] = []
         self.documents: dict[str, Any] = {}
         self.streamed_bytes = 0
+        self.big_stream_frames = BIG_STREAM_FRAMES
         self._runner = LoopServer()
         self.port = 0
 
@@ -449,7 +450,7 @@ class FakeProvider:
             return True
         if behaviour == "big_stream":
             big = frames[0].replace(b'"content": ""', f'"content": "{BIG_STREAM_TEXT}"'.encode())
-            frames = [big] * BIG_STREAM_FRAMES + frames[-1:]
+            frames = [big] * self.big_stream_frames + frames[-1:]
         if behaviour == "bad_frame":
             frames = [b"data: {not json\n\n", *frames]
         self.streamed_bytes = 0

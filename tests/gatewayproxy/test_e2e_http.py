@@ -3,9 +3,11 @@ and backpressure toward a client that stops reading a stream."""
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -223,19 +225,34 @@ def stalled(provider: FakeProvider, quiet: float = 0.3) -> Callable[[], int]:
     return check
 
 
+def kernel_buffering_bound() -> int:
+    """The most the kernel may hold between the provider and a stalled client: the gateway's upstream
+    receive buffer and the provider's send buffer (both autotuned up to the system maxima), the gateway's send
+    buffer to the client, and the client's receive buffer."""
+    receive_max = int(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()[2])
+    send_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    return receive_max + 2 * send_max + 65536
+
+
 def test_stream_to_a_reader_that_stalls_is_bounded(gateway: GatewayThread, primary: FakeProvider) -> None:
-    """While the client reads nothing, the gateway stops reading the upstream: the provider gets stuck far
-    short of the whole stream; once the client reads, everything arrives."""
+    """While the client reads nothing, the gateway stops reading the upstream: the provider gets stuck before
+    more than the kernel's buffers and the gateway's bounded read-ahead (well under 2 MB) have left it, short of
+    a stream half again as long as that; once the client reads, everything arrives."""
+    bound = kernel_buffering_bound() + 2 * 1024 * 1024
+    frames = math.ceil(1.5 * bound / len(BIG_STREAM_TEXT))
     primary.reset("big_stream")
+    primary.big_stream_frames = frames
     body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
-    with connect(gateway) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-        sock.sendall(chat_request(body=body))
-        stalled_at = wait_until(stalled(primary), what="the provider's stream to stall")
-        data = read_until(sock, b"data: [DONE]")
-    total = BIG_STREAM_FRAMES * len(BIG_STREAM_TEXT)
-    assert 0 < stalled_at < total / 2
-    assert data.count(BIG_STREAM_TEXT.encode()) == BIG_STREAM_FRAMES
+    try:
+        with connect(gateway) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.sendall(chat_request(body=body))
+            stalled_at = wait_until(stalled(primary), what="the provider's stream to stall")
+            data = read_until(sock, b"data: [DONE]")
+    finally:
+        primary.big_stream_frames = BIG_STREAM_FRAMES
+    assert 0 < stalled_at < bound
+    assert data.count(BIG_STREAM_TEXT.encode()) == frames
 
 
 def read_until(sock: socket.socket, marker: bytes) -> bytes:
