@@ -46,10 +46,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def process(command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process, terminated on exit."""
+def process(
+    command: list[str], env: dict[str, str] | None = None, cwd: Path = PROJECT
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (run in `cwd`), terminated on exit."""
     child = subprocess.Popen(
-        command, cwd=PROJECT, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         yield child
