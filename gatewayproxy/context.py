@@ -10,7 +10,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from gatewayproxy.config.models import Target
 from gatewayproxy.errors import Protocol
@@ -60,8 +60,7 @@ class Principal:
 ANONYMOUS = Principal(id="anonymous")
 
 
-@dataclass(frozen=True)
-class TraceContext:
+class TraceContext(NamedTuple):
     """A request's W3C trace context, fixed when the request starts: the caller's trace id (or a new one), the
     gateway span's own id, the caller's span id as its parent ("" when the request starts a trace) and the flags."""
 

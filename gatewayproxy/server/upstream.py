@@ -13,7 +13,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -83,17 +83,24 @@ class Origin:
 
 
 def serialize_request(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
-    """An HTTP/1.1 request; header lines that could split the request are refused."""
-    lines = [method + b" " + target + b" HTTP/1.1"]
-    for name, value in headers:
-        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
-            raise UpstreamError(f"refusing an unsafe upstream header {name!r}")
-        lines.append(name + b": " + value)
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+    """An HTTP/1.1 request; header lines that could split the request are refused (checked on the joined
+    block: any CR or LF beyond the separators, or a colon in a name)."""
+    block = b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+    if (
+        block.count(b"\r") != len(headers)
+        or block.count(b"\n") != len(headers)
+        or b":" in b" ".join([name for name, _ in headers])
+    ):
+        unsafe = next(name for name, value in headers if _unsafe_header(name, value))
+        raise UpstreamError(f"refusing an unsafe upstream header {unsafe!r}")
+    return b"%s %s HTTP/1.1\r\n%s\r\n%s" % (method, target, block, body)
 
 
-@dataclass(frozen=True)
-class ResponseHead:
+def _unsafe_header(name: bytes, value: bytes) -> bool:
+    return b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name
+
+
+class ResponseHead(NamedTuple):
     """Status and headers (names lower-case) of an upstream response."""
 
     status_code: int

@@ -17,6 +17,7 @@ from gatewayproxy.http.connection import (
     failure_response,
 )
 from gatewayproxy.http.sse import SseDecoder, SseEvent, encode_event
+from gatewayproxy.server.upstream import UpstreamError, serialize_request
 
 LIMITS = HttpLimits(max_header_bytes=1024, max_header_count=10, max_body_bytes=100)
 REQUEST = b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: gw\r\nX-A: 1\r\nX-A: 2\r\nContent-Length: 2\r\n\r\n{}"
@@ -249,3 +250,13 @@ def test_fast_path_is_taken_for_plain_requests() -> None:
         connection.receive(raw)
         taken.append(connection._fast is not None)
     assert taken == [True] * 4 + [False, True] + [False] * 9 + [True] + [False] * 3
+
+
+def test_upstream_requests_refuse_headers_that_could_split_them() -> None:
+    assert serialize_request(b"POST", b"/v1/x", [(b"a", b"1"), (b"B", b"two words")], b"{}") == (
+        b"POST /v1/x HTTP/1.1\r\na: 1\r\nB: two words\r\n\r\n{}"
+    )
+    assert serialize_request(b"GET", b"/", [], b"") == b"GET / HTTP/1.1\r\n\r\n"
+    for unsafe in ((b"x", b"1\r\nInjected: yes"), (b"x", b"1\n"), (b"x", b"1\r"), (b"na:me", b"1"), (b"x\n", b"1")):
+        with pytest.raises(UpstreamError, match="unsafe upstream header"):
+            serialize_request(b"GET", b"/", [(b"ok", b"1"), unsafe], b"")
