@@ -33,9 +33,24 @@ PREFIXES = (
 )
 
 
+# A random byte below this maps to an alphabet character with equal odds (it is a multiple of 62);
+# bytes at or above it are dropped, so one draw of DRAW_BYTES almost always yields RANDOM_LENGTH.
+UNBIASED_BYTE_LIMIT = len(ALPHABET) * (256 // len(ALPHABET))
+DRAW_BYTES = 32
+
+
 def new_id(prefix: str) -> str:
-    """Return a fresh unguessable id with the given prefix."""
-    return f"{prefix}_" + "".join(secrets.choice(ALPHABET) for _ in range(RANDOM_LENGTH))
+    """Return a fresh unguessable id with the given prefix.
+
+    One CSPRNG read per id (`secrets.choice` per character made one `getrandom` call each, a third
+    of an append's CPU time), rejection-sampled so every character is uniform over the alphabet.
+    """
+    characters: list[str] = []
+    while len(characters) < RANDOM_LENGTH:
+        characters.extend(
+            ALPHABET[byte % len(ALPHABET)] for byte in secrets.token_bytes(DRAW_BYTES) if byte < UNBIASED_BYTE_LIMIT
+        )
+    return f"{prefix}_" + "".join(characters[:RANDOM_LENGTH])
 
 
 @deconstructible
