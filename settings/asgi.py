@@ -12,10 +12,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
-from registry.core.asgi import WsgiApplication  # noqa: E402
+from registry.core.asgi import WsgiApplication, skip_twisted_form_parsing  # noqa: E402
 from registry.sessions.consumers import SessionStreamConsumer  # noqa: E402
 
 django_application = WsgiApplication()
+skip_twisted_form_parsing()
 
 application = ProtocolTypeRouter(
     {
