@@ -150,6 +150,8 @@ class ArrayQueryParamsMiddleware(DualModeMiddleware):
     """Accept both `name=a&name=b` and `name[]=a` by folding `name[]` into `name`."""
 
     def before(self, request: HttpRequest) -> None:
+        if not request.META.get("QUERY_STRING"):
+            return  # most requests: nothing to fold, and `request.GET` is not parsed for nothing
         if any(key.endswith("[]") for key in request.GET):
             normalized = request.GET.copy()
             for key in [key for key in normalized if key.endswith("[]")]:
