@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import os
@@ -299,7 +300,14 @@ async def _serve(make_gateway: MakeGateway, reuse_port: bool) -> None:
 
 
 def run_single(make_gateway: MakeGateway, *, reuse_port: bool = False) -> None:
-    """Run one gateway (`make_gateway(reuse_port)`) on uvloop in this process until SIGTERM."""
+    """Run one gateway (`make_gateway(reuse_port)`) on uvloop in this process until SIGTERM.
+
+    The modules loaded by now live as long as the process: frozen out of the collector's sight, a full
+    collection walks only what requests and config snapshots allocate (walking it all paused the loop
+    15-27 ms every few seconds under load). Snapshots are built after this, so a swapped-out one is
+    still collected.
+    """
+    gc.freeze()
     uvloop.run(_serve(make_gateway, reuse_port))
 
 

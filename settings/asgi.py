@@ -1,6 +1,8 @@
 """ASGI entry point (daphne): the session event stream as a Channels consumer; the rest of the API,
 whose views are sync, through Django's WSGI handler in one worker-thread hop (registry.core.asgi)."""
 
+import gc
+import importlib
 import os
 
 from django.core.asgi import get_asgi_application
@@ -33,3 +35,9 @@ if settings.REGISTRY_RUNTIME_EMBEDDED:
     from registry.runtime.embedded import start_embedded_runtime
 
     start_embedded_runtime()
+
+# What is loaded now (Django, DRF, the URLconf and its views) lives as long as the process: out of the
+# collector's sight, a full collection walks only what requests allocate. Walking it all paused the
+# server 70-80 ms every 1.3 s under 20 appending clients.
+importlib.import_module(settings.ROOT_URLCONF)  # the views, now rather than on the first request
+gc.freeze()
