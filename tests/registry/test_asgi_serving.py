@@ -11,7 +11,7 @@ import settings.asgi  # noqa: F401  (configures daphne as `daphne settings.asgi:
 
 
 def test_daphne_requests_leave_form_bodies_to_the_application() -> None:
-    connected = []
+    connected: list[object] = []
     server = SimpleNamespace(protocol_connected=connected.append)
     address = IPv4Address("TCP", "127.0.0.1", 8000)
     factory = HTTPFactory(server)
