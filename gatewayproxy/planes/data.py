@@ -28,6 +28,7 @@ from gatewayproxy.planes.native import NativeProxy
 from gatewayproxy.planes.sse_peers import SsePeers
 from gatewayproxy.server import workers
 from gatewayproxy.server.protocol import Response
+from gatewayproxy.server.timers import Deadlines
 from gatewayproxy.state import Runtime
 
 logger = logging.getLogger("gatewayproxy.data")
@@ -122,6 +123,7 @@ class DataPlane:
         worker = workers.current()  # one of several worker processes: MCP-over-SSE messages may need a sibling
         peers = SsePeers(worker, self, runtime.metrics.registry) if worker is not None else None
         self.mcp_sse = SseBridge(self.mcp, peers)
+        self.deadlines = Deadlines()
 
     async def __call__(self, request: Request) -> Response:
         endpoint = ENDPOINTS.get(request.path)
@@ -143,21 +145,19 @@ class DataPlane:
         request = context.request
         self.runtime.metrics.in_flight.inc()
         self.runtime.in_flight.enter(context.state)
-        deadline = asyncio.timeout(context.state.config.server.request_timeout_ms / 1000)
+        deadline = self.deadlines.enter(context.state.config.server.request_timeout_ms / 1000)
         try:
-            async with deadline:
+            try:
                 response = await serve(context, self.finish)
+            finally:
+                timed_out = self.deadlines.leave(deadline)
         except asyncio.CancelledError:
-            # The client went away: its upstream attempt was cancelled with it; settle what was used.
-            context.status = CLIENT_CLOSED
-            self.finish(context)
-            raise
-        except TimeoutError:
-            if deadline.expired():
-                error = GatewayError(ErrorCode.UPSTREAM_TIMEOUT, "the request did not complete within the deadline")
-            else:
-                logger.exception("request %s failed", request.request_id)
-                error = GatewayError(ErrorCode.INTERNAL_ERROR, "internal error")
+            if not timed_out:
+                # The client went away: its upstream attempt was cancelled with it; settle what was used.
+                context.status = CLIENT_CLOSED
+                self.finish(context)
+                raise
+            error = GatewayError(ErrorCode.UPSTREAM_TIMEOUT, "the request did not complete within the deadline")
             context.error_code = error.code.value
             response = self._error(context.protocol, error, request)
         except GatewayError as error:

@@ -1,4 +1,5 @@
-"""`LazyTimer`: one loop timer serving a deadline that moves often (bounds allow 5 ms for clock rounding)."""
+"""`LazyTimer`: one loop timer serving a deadline that moves often; `Deadlines`: request deadlines that cancel
+like `asyncio.timeout` (bounds allow 5 ms for clock rounding)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import uvloop
 
-from gatewayproxy.server.timers import LazyTimer
+from gatewayproxy.server.timers import Deadlines, LazyTimer
 
 
 def _fired_after(steps: list[tuple[float, str, float]], wait: float) -> list[float]:
@@ -46,3 +47,65 @@ def test_cleared_and_dropped_deadlines_do_not_fire() -> None:
     assert _fired_after([(0, "set", 0.05), (0.01, "drop", 0)], wait=0.15) == []
     fired = _fired_after([(0, "set", 0.05), (0.01, "clear", 0), (0.03, "set", 0.05)], wait=0.2)
     assert len(fired) == 1 and fired[0] >= 0.075
+
+
+async def _request(deadlines: Deadlines, seconds: float, work: float) -> tuple[str, float]:
+    """A request under a deadline as the data plane runs one: ('done' | 'timeout', when it ended)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    deadline = deadlines.enter(seconds)
+    try:
+        try:
+            await asyncio.sleep(work)
+        finally:
+            timed_out = deadlines.leave(deadline)
+    except asyncio.CancelledError:
+        if not timed_out:
+            raise
+        return "timeout", loop.time() - start
+    return "done", loop.time() - start
+
+
+def test_deadlines_cancel_only_the_requests_that_pass_theirs() -> None:
+    async def run() -> list[tuple[str, float]]:
+        deadlines = Deadlines()
+        requests = [
+            _request(deadlines, 0.1, 0.02),  # done well before its deadline
+            _request(deadlines, 0.1, 1.0),  # times out at 0.1
+            _request(deadlines, 0.3, 0.2),  # another timeout (a config change): done
+            _request(deadlines, 0.05, 1.0),  # a shorter timeout entered after longer ones still fires first
+        ]
+        return await asyncio.gather(*requests)
+
+    (first, second, third, fourth) = uvloop.run(run())
+    assert first[0] == "done" and first[1] < 0.1
+    assert second[0] == "timeout" and 0.095 <= second[1] < 0.2
+    assert third[0] == "done" and third[1] >= 0.195
+    assert fourth[0] == "timeout" and 0.045 <= fourth[1] < 0.1
+
+
+def test_a_cancellation_that_is_not_the_deadline_propagates() -> None:
+    async def run() -> tuple[bool, int]:
+        deadlines = Deadlines()
+        task = asyncio.ensure_future(_request(deadlines, 10.0, 1.0))
+        await asyncio.sleep(0.02)
+        task.cancel()  # the client went away
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True, task.cancelling()
+        return False, task.cancelling()
+
+    propagated, cancelling = uvloop.run(run())
+    assert propagated and cancelling == 1
+
+
+def test_a_task_keeps_running_after_its_deadline_was_answered() -> None:
+    async def run() -> tuple[tuple[str, float], str]:
+        deadlines = Deadlines()
+        outcome = await _request(deadlines, 0.02, 1.0)
+        await asyncio.sleep(0.01)  # the consumed cancellation does not strike again
+        return outcome, "still running"
+
+    outcome, after = uvloop.run(run())
+    assert outcome[0] == "timeout" and after == "still running"
