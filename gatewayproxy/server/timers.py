@@ -1,9 +1,10 @@
-"""A deadline that is cheap to move.
+"""Deadlines that cost no loop timer each.
 
 A keep-alive connection sets and clears a deadline several times per request (the head's, the idle one,
 an upstream's read and idle timeouts). Scheduling and cancelling a loop timer each time cost about 5 us on
 uvloop; `LazyTimer` keeps one loop timer and moves it only when a deadline comes before it. When it fires
-before the current deadline it waits again; a cleared deadline lets it lapse.
+before the current deadline it waits again; a cleared deadline lets it lapse. `Deadlines` does the same for
+the requests of a whole loop: one loop timer for every running request's deadline.
 """
 
 from __future__ import annotations
@@ -75,10 +76,10 @@ class Deadlines:
 
     `asyncio.timeout` schedules and cancels a loop timer per request (7.4 us, against 1.6 us here, on the
     gateway's fast path). Requests under one timeout pass their deadlines in the order they started, so each
-    timeout keeps its running requests in an insertion-ordered dict whose first entry is due first; one loop timer wakes
-    at the earliest first entry, cancels the tasks whose deadline passed and waits for the next. A request
-    that ends removes its entry; the timer is not moved for that (it finds nothing due and waits again), so
-    under steady traffic it fires about once per timeout.
+    timeout keeps its running requests in an insertion-ordered dict whose first entry is due first; one loop
+    timer wakes at the earliest first entry, cancels the tasks whose deadline passed and waits for the next.
+    A request that ends removes its entry; the timer is not moved for that (it finds nothing due and waits
+    again), so under steady traffic it fires about once per timeout.
     """
 
     def __init__(self) -> None:
