@@ -18,12 +18,13 @@ RUN pip wheel --wheel-dir /build/wheels -r requirements.txt
 FROM ${PYTHON_IMAGE} AS runtime
 
 # The session runtime's sandbox tooling: bubblewrap (sandboxes), git (repository clones),
-# util-linux (setpriv to the session's uid, prlimit for its limits; essential in Debian, listed for
-# clarity), tini as PID 1 (reaps what sandboxes and git leave behind), CA certificates for upstreams.
+# util-linux (mount and loop devices for each session's disk image; essential in Debian, listed for
+# clarity), e2fsprogs (mkfs.ext4 for those images), tini as PID 1 (reaps what sandboxes and git leave
+# behind), CA certificates for upstreams.
 # Versions follow the base image's Debian release; pinning them would break on every point release.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap git util-linux tini ca-certificates \
+    && apt-get install -y --no-install-recommends bubblewrap git util-linux e2fsprogs tini ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

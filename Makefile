@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck pytest services chromium nginx bench clean
+.PHONY: run test lint typecheck pytest services chromium nginx bubblewrap bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ nginx:
 	command -v nginx >/dev/null || test -x /usr/sbin/nginx || \
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx-light)
 
+# Sandboxes prefer Debian's bubblewrap (the wheel's copy works too, but its path under .venv is what a
+# sandbox then reads from /proc/1/exe); installed when missing.
+bubblewrap:
+	command -v bwrap >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap)
+
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -42,7 +47,7 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy .
 
-pytest: $(VENV)/.dev-installed services chromium nginx
+pytest: $(VENV)/.dev-installed services chromium nginx bubblewrap
 	$(BIN)/pytest
 
 test: lint typecheck pytest

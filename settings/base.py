@@ -254,6 +254,17 @@ REGISTRY_SANDBOX_WORKSPACE_MB = env_int("REGISTRY_SANDBOX_WORKSPACE_MB", 10240)
 REGISTRY_SANDBOX_OUTPUT_LIMIT = env_int("REGISTRY_SANDBOX_OUTPUT_LIMIT", 30000)
 REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS = env_int("REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS", 120000)
 REGISTRY_SANDBOX_IDLE_SECONDS = env_int("REGISTRY_SANDBOX_IDLE_SECONDS", 600)
+# The sandbox's /tmp and /dev/shm (each a tmpfs of this size, counted against the memory cap), how its
+# workspace disk is made (`image`: a size-limited ext4 image per session, so the cap holds while writing;
+# `directory`: a plain folder, every command refused while it is over the cap; `auto`: an image where the
+# host can mount one), and the egress connections one sandbox may hold open at once.
+REGISTRY_SANDBOX_TMP_MB = env_int("REGISTRY_SANDBOX_TMP_MB", 256)
+REGISTRY_SANDBOX_DISK = env_str("REGISTRY_SANDBOX_DISK", "auto")
+REGISTRY_SANDBOX_MAX_CONNECTIONS = env_int("REGISTRY_SANDBOX_MAX_CONNECTIONS", 64)
+# The cgroups that cap a sandbox's CPU, memory (its tmpfs included) and processes: `auto` (a delegated
+# cgroup v2 subtree, else writable cgroup v1 hierarchies, else none: rlimits and CPU pinning that seccomp
+# keeps the sandbox from widening), `v2`, `v1` or `none`.
+REGISTRY_SANDBOX_CGROUP = env_str("REGISTRY_SANDBOX_CGROUP", "auto")
 # Exceptions (`host`, `host:port`, CIDR) to the sandbox proxy's ban on loopback/private addresses; a
 # `limited` environment still needs the host in its allowed_hosts.
 REGISTRY_SANDBOX_EGRESS_ALLOW = env_str("REGISTRY_SANDBOX_EGRESS_ALLOW")

@@ -1,6 +1,6 @@
 """Memory stores in the sandbox: each `memory_store` resource is a folder of files, one per memory.
 
-The folder is staged on the host (`staged/<session>/memory/<resource id>/`) and bound at the
+The folder lives on the session's disk (`mounts/memory-<resource id>/`) and is bound at the
 resource's `mount_path` (`/mnt/memory/<store name>/`): read-only for `read_only`, owned by the
 session's uid for `read_write`. Around each tool call the runtime syncs it with the store:
 
@@ -10,10 +10,10 @@ session's uid for `read_write`. Around each tool call the runtime syncs it with 
   memory services (same path rules and size limit, a new `memver_` version, the server's sha256),
   made by a `session_actor`. A file the rules refuse is reported back and not stored.
 
-What was last synced (path -> content sha256 and the file's size and mtime) is kept beside the
-folder, so a worker that picks the session up again carries on. The folder is the sandbox's: every
-host access goes through directory descriptors with `O_NOFOLLOW`, so a symlink planted there never
-leads the runtime outside it.
+What was last synced (path -> content sha256 and the file's size and mtime) is kept in the session's
+host folder, out of the sandbox's reach, so a worker that picks the session up again carries on. The
+folder is the sandbox's: every host access goes through directory descriptors with `O_NOFOLLOW`, so a
+symlink planted there never leads the runtime outside it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from registry.memory.models import Memory, MemoryStore
 from registry.memory.serializers import MAX_CONTENT_BYTES, path_problem
 from registry.sandbox.backend import Mount
 
-MANIFEST = "manifest.json"
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
@@ -60,13 +59,13 @@ class Entry:
 class MemoryMount:
     """One `memory_store` resource of a session: its folder, its manifest, and the sync both ways."""
 
-    def __init__(self, *, resource: dict[str, Any], session_id: str, staging: Path, uid: int) -> None:
+    def __init__(self, *, resource: dict[str, Any], session_id: str, folder: Path, manifest: Path, uid: int) -> None:
+        """`folder` is on the session's disk, in a root-owned parent; `manifest` in the host's own folder."""
         self.resource = resource
         self.session_id = session_id
         self.read_only = resource.get("access") == "read_only"
-        self.base = staging / "memory" / resource["id"]
-        self.folder = self.base / "files"
-        self.uid = uid
+        self.folder = folder
+        self.manifest = manifest
         self.owner = 0 if self.read_only else uid
         self.entries: dict[str, Entry] = {}
 
@@ -77,21 +76,19 @@ class MemoryMount:
     def prepare(self) -> None:
         """Create the folder (first time) and load what was last synced."""
         fresh = not self.folder.exists()
-        self.base.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.base, 0o711)
-        self.folder.mkdir(exist_ok=True)
-        os.chown(self.folder, self.owner, self.owner)
-        os.chmod(self.folder, 0o755)
-        manifest = self.base / MANIFEST
-        if not fresh and manifest.exists():
-            stored = json.loads(manifest.read_text())
+        self.folder.mkdir(exist_ok=True)  # in the disk's `mounts`, a root-owned folder: not a swapped link
+        os.chown(self.folder, self.owner, self.owner, follow_symlinks=False)
+        os.chmod(self.folder, 0o755, follow_symlinks=False)
+        self.manifest.parent.mkdir(mode=0o700, exist_ok=True)
+        if not fresh and self.manifest.exists():
+            stored = json.loads(self.manifest.read_text())
             self.entries = {path: Entry(**entry) for path, entry in stored.items()}
 
     def _save_manifest(self) -> None:
         data = {path: entry.__dict__ for path, entry in self.entries.items()}
-        temporary = self.base / f".{MANIFEST}.tmp"
+        temporary = self.manifest.with_name(f".{self.manifest.name}.tmp")
         temporary.write_text(json.dumps(data))
-        os.replace(temporary, self.base / MANIFEST)
+        os.replace(temporary, self.manifest)
 
     # -- store -> folder -------------------------------------------------------------------------
     def pull(self) -> None:

@@ -1,8 +1,8 @@
 """A session's `file` resources in its sandbox: each with its exact bytes, read-only at its
 `mount_path` (default `/mnt/session/uploads/<file_id>`). The other resources: `provision.py`.
 
-The bytes are staged on the host under the sandbox root (`staged/<session>/<file_id>`, readable by
-the session's uid) and bound into the sandbox when the worker creates it.
+The bytes are copied once onto the session's disk (`files/<file_id>`, root-owned, mode 0444) and bound
+into the sandbox when the worker starts its shell.
 """
 
 from __future__ import annotations

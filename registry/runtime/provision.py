@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from registry.runtime import repositories
@@ -24,7 +23,15 @@ from registry.runtime.memory_mounts import MemoryMount, SyncReport, memory_promp
 from registry.runtime.mounts import file_mounts
 from registry.runtime.secrets import session_injections
 from registry.runtime.skill_mounts import SkillsUnavailable, agent_skills, skills_prompt
-from registry.sandbox.backend import SANDBOX_HOME, BwrapBackend, BwrapSandbox, Mount, SandboxSpec, host_uid
+from registry.sandbox.backend import (
+    SANDBOX_HOME,
+    BwrapBackend,
+    BwrapSandbox,
+    Mount,
+    Place,
+    SandboxSpec,
+    SandboxUnavailable,
+)
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.packages import PackageBuildFailed, ensure_layer
 
@@ -71,12 +78,12 @@ class Provisioner:
     # -- the system prompt ---------------------------------------------------------------------
     def prompt_sections(self, resources: list[dict[str, Any]]) -> list[str]:
         sections = [memory_prompt(resources)]
-        with contextlib.suppress(SkillsUnavailable):  # reported when the sandbox is provisioned
+        with contextlib.suppress(SkillsUnavailable, SandboxUnavailable):  # reported when the sandbox is provisioned
             sections.append(skills_prompt(agent_skills(**self._skill_args())))
         return [section for section in sections if section]
 
     def _skill_args(self) -> dict[str, Any]:
-        return {"workspace_id": self.setup.workspace_id, "agent": self.setup.agent, "root": self.backend.root}
+        return {"workspace_id": self.setup.workspace_id, "agent": self.setup.agent, "root": self.backend.shared}
 
     # -- the sandbox ---------------------------------------------------------------------------
     def sandbox(self, resources: list[dict[str, Any]], *, catch_up: bool = False) -> BwrapSandbox:
@@ -92,7 +99,7 @@ class Provisioner:
 
     def _provision(self, resources: list[dict[str, Any]]) -> Provisioned:
         setup = self.setup
-        staging = self.backend.staging(setup.session_id)
+        place = self.backend.place(setup.session_id)
         try:
             skills = agent_skills(**self._skill_args())
             layer = ensure_layer(
@@ -108,7 +115,13 @@ class Provisioner:
                 "unknown_error", f"The environment's packages could not be installed: {failure}"
             ) from None
         memory = [
-            MemoryMount(resource=resource, session_id=setup.session_id, staging=staging, uid=host_uid(setup.session_id))
+            MemoryMount(
+                resource=resource,
+                session_id=setup.session_id,
+                folder=place.disk.mounts / f"memory-{resource['id']}",
+                manifest=place.home / "memory" / f"{resource['id']}.json",
+                uid=place.uid,
+            )
             for resource in resources
             if resource["type"] == "memory_store"
         ]
@@ -120,10 +133,10 @@ class Provisioner:
         )
         mounts = [
             *(layer.mounts if layer else ()),
-            *file_mounts(workspace_id=setup.workspace_id, resources=resources, staging=staging),
+            *file_mounts(workspace_id=setup.workspace_id, resources=resources, staging=place.disk.files),
             *(skill.mount for skill in skills),
             *(mount.mount for mount in memory),
-            *self._repository_mounts(resources, staging),
+            *self._repository_mounts(resources, place),
         ]
         spec = SandboxSpec(
             session_id=setup.session_id,
@@ -136,13 +149,14 @@ class Provisioner:
         return Provisioned(spec, resources, memory)
 
     # -- repositories ------------------------------------------------------------------------------
-    def _repository_mounts(self, resources: list[dict[str, Any]], staging: Path) -> list[Mount]:
-        """Repositories mounted outside the workspace: cloned into staging, bound read-write."""
+    def _repository_mounts(self, resources: list[dict[str, Any]], place: Place) -> list[Mount]:
+        """Repositories mounted outside the workspace: cloned into a folder of the session's disk, bound
+        read-write."""
         mounts = []
         for resource in _repositories(resources, inside_workspace=False):
-            destination = staging / "repositories" / resource["id"]
-            if destination.exists() or self._materialize(resource, destination):
-                mounts.append(Mount(destination, resource["mount_path"], read_only=False))
+            placement = repositories.Placement(place.disk.mounts, f"repository-{resource['id']}", place.disk.staging)
+            if self._materialize(resource, placement, place.uid):
+                mounts.append(Mount(placement.root / placement.relative, resource["mount_path"], read_only=False))
         return mounts
 
     def _clone_into_workspace(self, sandbox: BwrapSandbox, resources: list[dict[str, Any]]) -> None:
@@ -153,19 +167,18 @@ class Provisioner:
                 continue
             self.current.cloned.add(resource["id"])
             relative = resource["mount_path"][len(SANDBOX_HOME) + 1 :]
-            destination = sandbox.workspace / relative
-            if not destination.exists():
-                self._materialize(resource, destination)
+            placement = repositories.Placement(sandbox.workspace, relative, sandbox.disk.staging)
+            self._materialize(resource, placement, sandbox.uid)
 
-    def _materialize(self, resource: dict[str, Any], destination: Path) -> bool:
+    def _materialize(self, resource: dict[str, Any], placement: repositories.Placement, owner_uid: int) -> bool:
         try:
             token = repositories.resource_token(workspace_id=self.setup.workspace_id, resource=resource)
             repositories.materialize(
                 resource=resource,
                 token=token,
                 cache_root=self.backend.root / "repositories",
-                destination=destination,
-                owner_uid=host_uid(self.setup.session_id),
+                place=placement,
+                owner_uid=owner_uid,
             )
         except repositories.RepositoryError as failure:
             self.report(failure.error_type, f"{resource['url']}: {failure.message}")

@@ -1,6 +1,8 @@
 """`github_repository` resources, cloned by the runtime outside the sandbox: fetched shallow into a
 per-worker cache with the token in git's environment only, checked out once per (url, commit), then
-copied, token-free, into a directory of the session's own that its sandbox mounts read-write.
+copied, token-free, into a root-only staging folder of the session's disk, given to the session's uid
+there and renamed into place through descriptors (the workspace is the sandbox's: a folder of it may be
+swapped for a link to a host directory at any moment, so the host never writes through its paths).
 
 Every call asks the server for its refs with the session's own token first, so a tree another
 session cached is never handed to a session whose token cannot read the repository.
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,6 +30,7 @@ from registry.core.secrets import unseal
 from registry.gitcreds.models import GitCredential
 from registry.gitcreds.selectors import git_credential_for_url
 from registry.gitcreds.services import DEFAULT_USERNAME, token_of
+from registry.sandbox.fsops import chown_tree, exists_beneath, place_tree
 
 CLONE_ERROR = "repository_clone_error"
 NOT_FOUND = "repository_not_found_error"
@@ -79,11 +83,11 @@ def resource_token(*, workspace_id: str, resource: dict[str, Any]) -> str | None
 
 
 def materialize(
-    *, resource: dict[str, Any], token: str | None, cache_root: Path, destination: Path, owner_uid: int
+    *, resource: dict[str, Any], token: str | None, cache_root: Path, place: Placement, owner_uid: int
 ) -> None:
-    """Give `destination` its own checkout of the resource, owned by `owner_uid`. A destination that
-    exists already is the session's copy from an earlier call, kept as it is (with its changes)."""
-    if destination.exists():
+    """Give the session its own checkout of the resource at `place`, owned by `owner_uid`. Something
+    already there is the session's copy from an earlier call (or its own folder), kept as it is."""
+    if exists_beneath(place.root, place.relative):
         return
     git = Git(resource["url"], token)
     cache = cache_root / hashlib.sha256(git.url.encode()).hexdigest()[:32]
@@ -92,9 +96,20 @@ def materialize(
         with _locked(cache / "lock"):
             branch, commit = _resolve(git, _bare(git, cache), resource.get("checkout"))
             tree = _tree(git, cache, commit)
-        _hand_over(git, tree, destination, branch=branch, owner_uid=owner_uid)
+        _hand_over(git, tree, place, branch=branch, owner_uid=owner_uid)
     except OSError as error:
-        raise RepositoryError(CLONE_ERROR, f"{git.public_url} could not be checked out: {error.strerror}") from None
+        raise RepositoryError(CLONE_ERROR, f"{git.public_url} could not be checked out: {error}") from None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a checkout goes: `relative` below `root` (a folder of the session's disk), built first in
+    `staging` (a root-only folder on the same filesystem), so nothing is written where the sandbox can
+    point the host elsewhere."""
+
+    root: Path
+    relative: str
+    staging: Path
 
 
 class Git:
@@ -245,24 +260,18 @@ def _tree(git: Git, cache: Path, commit: str) -> Path:
     return tree
 
 
-def _hand_over(git: Git, tree: Path, destination: Path, *, branch: str | None, owner_uid: int) -> None:
-    """Copy the tree aside, put it on `branch`, give it to `owner_uid`, then rename it into place."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    aside = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
+def _hand_over(git: Git, tree: Path, place: Placement, *, branch: str | None, owner_uid: int) -> None:
+    """Copy the tree into the staging folder, put it on `branch`, give it to `owner_uid` there, then rename
+    it into place through descriptors (`fsops.place_tree`: no link on the way is followed)."""
+    aside = Path(tempfile.mkdtemp(prefix="repository-", dir=place.staging))
     try:
         copy = aside / "tree"
         shutil.copytree(tree, copy, symlinks=True)
         if branch:
             git.local("-C", copy, "update-ref", f"refs/remotes/origin/{branch}", "HEAD")
             git.local("-C", copy, "checkout", "--quiet", "--track", "-B", branch, f"origin/{branch}")
-        os.lchown(copy, owner_uid, owner_uid)
-        for folder, directories, files in os.walk(copy):
-            for name in directories + files:
-                os.lchown(os.path.join(folder, name), owner_uid, owner_uid)
-        try:
-            copy.rename(destination)
-        except OSError:
-            if not destination.exists():  # else a concurrent call for the same session put it there first
-                raise
+        chown_tree(copy, owner_uid)
+        with contextlib.suppress(FileExistsError):  # the session (or a concurrent call) has a folder there
+            place_tree(copy, place.root, place.relative, owner=owner_uid)
     finally:
         shutil.rmtree(aside, ignore_errors=True)

@@ -1,7 +1,7 @@
 """An agent's skills in the sandbox, and the system prompt section that lists them.
 
 Each `custom` skill (the version the agent pins; `latest` is the skill's newest version) is unpacked
-once per worker under `<sandbox root>/skills/<skill id>/<version>/` (versions are immutable) and bound
+once per host under `<sandbox root>/shared/skills/<skill id>/<version>/` (versions are immutable) and bound
 read-only at `/mnt/session/skills/<name>/`, `name` from the version's `SKILL.md`. The prompt lists each
 skill's name, description and path; the agent reads `SKILL.md` and the rest with its tools when it
 needs them. This deployment has no `anthropic` skills: an agent that names one gets `SkillsUnavailable`.

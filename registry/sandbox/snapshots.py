@@ -5,18 +5,18 @@ At the end of a turn that used the sandbox, the workspace is archived (tar + gzi
 object store in production), with a version token beside it (`version`); a worker that creates the
 session's sandbox without a local workspace restores it first, and one whose local copy is older than
 the stored version (the session ran elsewhere since) replaces it with the snapshot at the next turn.
-The archive holds what the sandbox wrote, so it is unpacked with tarfile's `data` filter (no absolute
-paths, no `..`, no links out, no devices) and handed to the session's uid.
+
+This module only moves archives between a host file and storage: the archive is made and unpacked
+*inside* the session's sandbox, as its uid (`BwrapSandbox.snapshot`, `unpack.py`), so the host never
+reads or writes a workspace path the sandbox could have changed.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
-import tarfile
-import tempfile
+import shutil
 from io import BytesIO
-from pathlib import Path
+from typing import IO
 
 from django.core.files import File
 from django.core.files.storage import storages
@@ -48,29 +48,24 @@ def _replace(name: str, content: File) -> None:  # type: ignore[type-arg]
     storage.save(name, content)
 
 
-def save(session_id: str, workspace: Path) -> str:
-    """Replace the session's snapshot with the workspace as it is now; the new version's token."""
-    with tempfile.TemporaryFile() as archive:
-        with tarfile.open(fileobj=archive, mode="w:gz") as tar:
-            tar.add(workspace, arcname=".", recursive=True)
-        archive.seek(0)
-        _replace(snapshot_name(session_id), File(archive))
+def save(session_id: str, archive: IO[bytes]) -> str:
+    """Replace the session's snapshot with `archive` (a host file, read from its start); the new token."""
+    archive.seek(0)
+    _replace(snapshot_name(session_id), File(archive))
     token = secrets.token_hex(8)
     _replace(version_name(session_id), File(BytesIO(token.encode())))
     return token
 
 
-def restore(session_id: str, workspace: Path, uid: int) -> bool:
-    """Unpack the session's snapshot into an empty workspace; False when there is none."""
+def fetch(session_id: str, into: IO[bytes]) -> bool:
+    """Copy the session's snapshot into `into` (a host file, rewound); False when it has none."""
     storage = storages["default"]
     name = snapshot_name(session_id)
     if not storage.exists(name):
         return False
-    with storage.open(name, "rb") as archive, tarfile.open(fileobj=archive, mode="r:gz") as tar:
-        tar.extractall(workspace, filter="data")
-    for directory, folders, files in os.walk(workspace):
-        for entry in (directory, *(os.path.join(directory, item) for item in (*folders, *files))):
-            os.lchown(entry, uid, uid)
+    with storage.open(name, "rb") as archive:
+        shutil.copyfileobj(archive, into, 1 << 20)
+    into.seek(0)
     return True
 
 

@@ -13,12 +13,9 @@ sees, never a crashed turn. A non-zero exit status of a command is an ordinary r
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import shlex
-import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +27,7 @@ from django.conf import settings
 from markdownify import markdownify
 
 from registry.sandbox.backend import SANDBOX_HOME, BwrapSandbox
+from registry.sandbox.fsops import read_regular_file, remove_beneath
 
 TOOLBOX_SOURCE = (Path(__file__).with_name("toolbox.py")).read_text()
 TOOLBOX_TIMEOUT_SECONDS = 60
@@ -174,6 +172,9 @@ def _bash(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
             sandbox.stop()
             return ToolOutcome.text("The shell was restarted.")
         return ToolOutcome.text("Invalid input for bash: give a command (or restart: true).", is_error=True)
+    refused = sandbox.refusal(command)
+    if refused:
+        return ToolOutcome.text(refused, is_error=True)
     result = sandbox.run(command, timeout_ms=tool_input.get("timeout_ms"), restart=bool(tool_input.get("restart")))
     if result.timed_out:
         timeout = tool_input.get("timeout_ms") or sandbox.limits.command_timeout_ms
@@ -202,7 +203,7 @@ def _fetch(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     command = f"python3 -I - {shlex.quote(json.dumps(request))} <<'__TOOLBOX__'\n{TOOLBOX_SOURCE}\n__TOOLBOX__"
     ran = sandbox.run(command, timeout_ms=settings.REGISTRY_WEB_FETCH_TIMEOUT_MS + 10_000)
     try:
-        answer = json.loads(read_answer(sandbox.workspace / answer_name))
+        answer = json.loads(read_answer(sandbox, answer_name))
     except (OSError, ValueError):
         return ToolOutcome.text(f"web_fetch failed in the sandbox: {truncate(ran.output, 2000)}", is_error=True)
     if answer["is_error"]:
@@ -214,19 +215,13 @@ def _fetch(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     return ToolOutcome.text(truncate(text, sandbox.limits.output_limit))
 
 
-def read_answer(path: Path) -> str:
-    """A file the sandbox wrote, read by the host: a regular file only (O_NOFOLLOW: never a link the
-    sandbox planted to a host file), at most four times the fetch limit, then removed."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+def read_answer(sandbox: BwrapSandbox, name: str) -> str:
+    """A file the sandbox wrote, read by the host without following a link or waiting on a FIFO (a regular
+    file only, at most four times the fetch limit), then removed."""
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError("not a regular file")
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            data = handle.read(4 * settings.REGISTRY_WEB_FETCH_MAX_BYTES + 65536)
+        data = read_regular_file(sandbox.workspace, name, limit=4 * settings.REGISTRY_WEB_FETCH_MAX_BYTES + 65536)
     finally:
-        os.close(descriptor)
-        with contextlib.suppress(OSError):
-            path.unlink()
+        remove_beneath(sandbox.workspace, name)
     return data.decode("utf-8", "replace")
 
 
@@ -260,6 +255,9 @@ def truncate(text: str, limit: int) -> str:
 
 
 def _toolbox(sandbox: BwrapSandbox, name: str, tool_input: dict[str, Any]) -> ToolOutcome:
+    refused = sandbox.refusal()
+    if refused:
+        return ToolOutcome.text(refused, is_error=True)
     process = sandbox.spawn("/usr/bin/python3", "-I", "-c", TOOLBOX_SOURCE)
     request = json.dumps({"tool": name, "input": tool_input}).encode()
     try:

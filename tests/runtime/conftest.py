@@ -15,8 +15,9 @@ import pytest
 from tests.runtime.helpers import MODEL, Conversation, WorkerPool
 from tests.support.processes import LiveRegistry, Process, start_runsessions
 from tests.support.runtime_fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
+from tests.support.sandbox_attacks import host_secret
 
-__all__ = ["child_env", "fake_model", "model", "registry", "sdk", "shop", "shop_server"]
+__all__ = ["child_env", "fake_model", "host_secret", "model", "registry", "sdk", "shop", "shop_server"]
 
 
 @pytest.fixture(scope="package")

@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from pathlib import Path
 
 import anthropic
 import pytest
 
-from registry.sandbox.backend import host_uid
+from registry.sandbox.disks import release_root
+from registry.sandbox.uids import recorded_uid
 from tests.runtime import fake_model as replies
 from tests.runtime.helpers import of_type, stop_reasons, text_of, transcript
 from tests.support.waiting import wait_until
@@ -89,13 +91,17 @@ def test_bad_tool_input_is_an_error_result_not_a_crash(model, open_session):
     assert is_error and "file_path" in text and stop_reasons(events) == ["end_turn"]
 
 
-def test_archiving_the_session_kills_its_background_processes(model, open_session):
+def session_uid(child_env: dict[str, str], session_id: str) -> int | None:
+    return recorded_uid(Path(child_env["REGISTRY_SANDBOX_ROOT"]) / "sessions" / session_id)
+
+
+def test_archiving_the_session_kills_its_background_processes(model, open_session, child_env):
     model.add(replies.tool_call("bash", {"command": "sleep 300 > /dev/null 2>&1 & echo started"}), replies.text("ok"))
     chat = open_session(tools=[toolset()])
     chat.say("start something")
     events = chat.wait_idle()
     assert results(events) == [("started\nexit code: 0", False)]
-    uid = host_uid(chat.session_id)
+    uid = session_uid(child_env, chat.session_id)
 
     def sandbox_processes() -> list[str]:
         return subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True).stdout.split()
@@ -123,6 +129,7 @@ def test_files_outlive_a_killed_worker_through_the_snapshot(model, open_session,
     events = chat.wait_idle(2)
     assert results(events)[-1] == ("1\tsurvives", False)
     for side in "ab":
+        release_root(Path(f"/tmp/sandboxes-{chat.session_id}-{side}"))
         shutil.rmtree(f"/tmp/sandboxes-{chat.session_id}-{side}", ignore_errors=True)
 
 
@@ -145,7 +152,7 @@ def test_without_a_sandbox_the_tools_are_not_offered_and_the_session_says_why_on
     assert "tools" not in model.requests[0].body and stop_reasons(events) == ["end_turn", "end_turn"]
 
 
-def test_an_idle_sandbox_is_stopped_and_keeps_its_files(model, open_session, workers, start_worker):
+def test_an_idle_sandbox_is_stopped_and_keeps_its_files(model, open_session, workers, start_worker, child_env):
     model.add(
         replies.tool_call("bash", {"command": "echo kept > file.txt; sleep 300 > /dev/null 2>&1 & echo started"}),
         replies.text("ok"),
@@ -157,7 +164,7 @@ def test_an_idle_sandbox_is_stopped_and_keeps_its_files(model, open_session, wor
     chat.processes.append(start_worker(REGISTRY_SANDBOX_IDLE_SECONDS="1", REGISTRY_RUNTIME_POLL_SECONDS="0.2"))
     chat.say("start")
     chat.wait_idle()
-    uid = host_uid(chat.session_id)
+    uid = session_uid(child_env, chat.session_id)
 
     def sandbox_processes() -> list[str]:
         return subprocess.run(["pgrep", "-u", str(uid)], capture_output=True, text=True).stdout.split()

@@ -30,7 +30,8 @@ def mount_for(store, tmp_path, access="read_write", resource_id="sesrsc_1", sess
         "access": access,
         "mount_path": "/mnt/memory/notes",
     }
-    mount = MemoryMount(resource=resource, session_id=session_id, staging=tmp_path, uid=os.getuid())
+    folder, manifest = tmp_path / resource_id, tmp_path / "manifests" / f"{resource_id}.json"
+    mount = MemoryMount(resource=resource, session_id=session_id, folder=folder, manifest=manifest, uid=os.getuid())
     mount.prepare()
     mount.pull()
     return mount

@@ -6,6 +6,7 @@ the token: checkouts, the SDK's error types, the per-worker cache, the runtime's
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import os
 import secrets
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +24,12 @@ import pytest
 
 from registry.core.secrets import seal
 from registry.gitcreds.services import git_credential_create
-from registry.runtime.repositories import RepositoryError, materialize, resource_token
-from registry.sandbox.backend import BwrapBackend, Limits, Mount, SandboxSpec, host_uid
+from registry.runtime.repositories import Placement, RepositoryError, materialize, resource_token
+from registry.sandbox.backend import BwrapBackend, Limits, Mount, SandboxSpec
+from registry.sandbox.disks import release_root
 from registry.workspaces.services import workspace_create
 from tests.runtime.git_server import GitServer, Repository
+from tests.support.sandbox_attacks import RACE_SECONDS, start_swapper
 
 TOKEN = "ghs_" + secrets.token_hex(16)
 OWNER_UID = 201_234
@@ -71,6 +75,7 @@ def sessions() -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="repositories-", dir="/tmp"))
     os.chmod(root, 0o711)
     yield root
+    release_root(root)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -92,7 +97,10 @@ def fetch(
 ) -> Path:
     url = served if isinstance(served, str) else served.url
     resource = {"type": "github_repository", "url": url, "checkout": checkout}
-    materialize(resource=resource, token=token, cache_root=cache, destination=destination, owner_uid=OWNER_UID)
+    staging = destination.parent / ".staging"
+    staging.mkdir(mode=0o700, parents=True, exist_ok=True)
+    place = Placement(destination.parent, destination.name, staging)
+    materialize(resource=resource, token=token, cache_root=cache, place=place, owner_uid=OWNER_UID)
     return destination
 
 
@@ -222,12 +230,12 @@ def test_inside_the_sandbox_the_repository_is_writable_and_the_token_is_nowhere(
     session_id = "sesn_repositories_" + secrets.token_hex(4)
     backend = BwrapBackend(sessions, Limits(memory_mb=1024, pids=64, workspace_mb=64, output_limit=20000,
                                             command_timeout_ms=30_000))  # fmt: skip
-    copy = sessions / "staged" / session_id / "repo"
+    place = backend.place(session_id)
     materialize(
-        resource={"type": "github_repository", "url": served.url, "checkout": None},
-        token=TOKEN, cache_root=cache, destination=copy, owner_uid=host_uid(session_id),
+        resource={"type": "github_repository", "url": served.url, "checkout": None}, token=TOKEN, cache_root=cache,
+        place=Placement(place.disk.mounts, "repo", place.disk.staging), owner_uid=place.uid,
     )  # fmt: skip
-    mount = Mount(copy, "/workspace/repo", read_only=False)
+    mount = Mount(place.disk.mounts / "repo", "/workspace/repo", read_only=False)
     sandbox = backend.ensure(SandboxSpec(session_id=session_id, workspace_id="wsp_test", mounts=(mount,)))
     try:
         edited = sandbox.run(
@@ -246,6 +254,40 @@ def test_inside_the_sandbox_the_repository_is_writable_and_the_token_is_nowhere(
         assert listed.output.strip() == "1"  # the same search does find what is there
     finally:
         backend.destroy(session_id)
+
+
+def test_a_checkout_is_never_placed_through_a_folder_the_sandbox_swaps_for_a_link(
+    server: GitServer, cache: Path, sessions: Path, host_secret: tuple[Path, str]
+) -> None:
+    """The session's folder on the way to the checkout flips between a folder and a link to a host folder
+    (`renameat2(RENAME_EXCHANGE)` in a loop); the host's naive copy by path lands in the host folder,
+    the runtime's placement never does."""
+    folder, _ = host_secret
+    served = serve(server)
+    source = fetch(served, sessions / "source", cache)
+    backend = BwrapBackend(sessions / "root", Limits(memory_mb=1024, pids=64, workspace_mb=64, output_limit=20000,
+                                                     command_timeout_ms=30_000))  # fmt: skip
+    box = backend.ensure(SandboxSpec(session_id="sesn_clone_race", workspace_id="wsp_test"))
+    try:
+        start_swapper(box, str(folder), under="/workspace/sub")
+        naive_wins = escapes = rounds = 0
+        deadline = time.monotonic() + RACE_SECONDS
+        while (naive_wins == 0 or rounds < 5) and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):  # what the runtime used to do: copy by path, as root
+                shutil.copytree(source, box.workspace / "sub" / "d0" / "naive", symlinks=True)
+            naive_wins += (folder / "naive").exists()
+            shutil.rmtree(folder / "naive", ignore_errors=True)
+            resource = {"type": "github_repository", "url": served.url, "checkout": None}
+            with contextlib.suppress(RepositoryError):  # a link met on the way is refused, never followed
+                materialize(resource=resource, token=TOKEN, cache_root=cache, owner_uid=box.uid,
+                            place=Placement(box.workspace, "sub/d0/repo", box.disk.staging))  # fmt: skip
+            escapes += sorted(path.name for path in folder.iterdir()) != ["secret.txt"]
+            box.run("rm -rf /workspace/sub/*/repo /workspace/sub/*/naive")
+            rounds += 1
+        assert naive_wins > 0, f"the swap never won against the naive copy in {rounds} rounds"
+        assert escapes == 0, f"{escapes} of {rounds} checkouts were written into the host folder"
+    finally:
+        backend.destroy("sesn_clone_race")
 
 
 # -- the cache --------------------------------------------------------------------------------------

@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from registry.sandbox.backend import BwrapBackend, BwrapSandbox, Limits, SandboxSpec
+from registry.sandbox.disks import release_root
+from tests.support.sandbox_attacks import host_secret
 from tests.support.sites import Route, loopback_sites
+
+__all__ = ["host_secret"]
 
 
 @pytest.fixture
@@ -28,6 +32,7 @@ def backend(limits: Limits) -> Iterator[BwrapBackend]:
     yield made
     for session_id in list(made.sandboxes):
         made.destroy(session_id)
+    release_root(root)
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -5,12 +5,12 @@ Every escape attempt is followed by an ordinary command that must still work.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,7 +89,12 @@ def test_no_network_reaches_the_host(sandbox_for):
         listener.listen()
         port = listener.getsockname()[1]
         accepted: list[object] = []
-        threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):  # the listener closes under it when the test ends
+                accepted.append(listener.accept())
+
+        threading.Thread(target=accept, daemon=True).start()
         script = (
             "import socket\n"
             f"for port in (5432, 6379, {port}):\n"
@@ -166,38 +171,6 @@ def test_a_root_other_users_cannot_reach_is_refused_at_start(tmp_path):
     private.mkdir(mode=0o700)
     with pytest.raises(SandboxUnavailable, match="cannot traverse"):
         check_traversable(private / "sandboxes")
-
-
-def test_a_cpu_cap_pins_the_sandbox_to_that_many_cores(backend, limits):
-    assert (os.cpu_count() or 1) >= 2, "this check needs a host with more cores than the cap"
-    capped = BwrapBackend(backend.root / "capped", replace(limits, cpus=1))
-    try:
-        box = capped.ensure(SandboxSpec(session_id="sesn_cpu", workspace_id="wsp"))
-        output = box.run("nproc; grep Cpus_allowed_list /proc/self/status").output
-        assert output.splitlines()[0] == "1"
-        allowed = output.splitlines()[1].split()[-1]
-        assert allowed.isdigit(), output  # one core, the same for every process of the sandbox
-    finally:
-        capped.destroy("sesn_cpu")
-    uncapped = backend.ensure(SandboxSpec(session_id="sesn_cpu_free", workspace_id="wsp"))
-    assert uncapped.run("nproc").output.strip() == str(os.cpu_count())
-
-
-def test_the_workspace_cap_is_checked_and_blocks_snapshots(backend, limits):
-    capped = BwrapBackend(backend.root / "small", replace(limits, workspace_mb=1))
-    try:
-        box = capped.ensure(SandboxSpec(session_id="sesn_quota", workspace_id="wsp"))
-        for name in "abc":  # each file under the per-file rlimit, together over the cap
-            assert box.run(f"head -c 900000 /dev/urandom > {name}.bin").exit_code == 0
-        problem = box.over_quota()
-        assert problem is not None and "over its 1 MB cap" in problem
-        with pytest.raises(OSError, match="not snapshotted"):
-            box.snapshot()
-        box.run("rm a.bin b.bin")
-        assert box.over_quota() is None
-        box.snapshot()
-    finally:
-        capped.destroy("sesn_quota", forget=True)
 
 
 def test_a_worker_catches_up_with_a_snapshot_made_elsewhere(backend, limits):

@@ -113,7 +113,7 @@ def test_a_failed_build_names_the_installers_last_lines_keeps_its_log_and_is_ret
         ensure_layer(backend, environment_id="env_f", packages=packages, network=NetworkPolicy())
     assert "No matching distribution found for latepkg" in str(failure.value)
     assert str(failure.value).count("\n") <= 21
-    directory = backend.root / "layers" / layer_key("env_f", wanted_packages(packages))
+    directory = backend.shared / "layers" / layer_key("env_f", wanted_packages(packages))
     assert "No matching distribution found for latepkg" in (directory / "build.log").read_text()
     assert not (directory / ".complete").exists()
 
@@ -220,4 +220,4 @@ def test_a_missing_toolchain_is_a_clear_error(backend):
 def test_no_packages_no_layer(backend):
     assert ensure_layer(backend, environment_id="env_n", packages=pip_packages(), network=NetworkPolicy()) is None
     assert ensure_layer(backend, environment_id="env_n", packages={}, network=NetworkPolicy()) is None
-    assert not (backend.root / "layers").exists()
+    assert not (backend.shared / "layers").exists()

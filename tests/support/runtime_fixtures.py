@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import pytest
 
+from registry.sandbox.disks import release_root
 from tests.conftest import make_tenant
 from tests.runtime.fake_model import FakeModel
 from tests.runtime.mcp_server import ShopMcpServer
@@ -52,6 +54,7 @@ def child_env(django_db_setup: None, fake_model: FakeModel) -> Iterator[dict[str
     # Under /tmp, which every session uid can traverse (a checkout may sit under a private directory).
     sandbox_root = f"/tmp/registry-test-sandboxes-{os.getpid()}"
     yield child_environment(fake_model.url, REGISTRY_SANDBOX_ROOT=sandbox_root)
+    release_root(Path(sandbox_root))
     shutil.rmtree(sandbox_root, ignore_errors=True)
 
 
