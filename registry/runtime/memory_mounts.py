@@ -163,7 +163,11 @@ class MemoryMount:
         if problem is not None:
             report.refused.append(f"{self.resource['mount_path']}{path}: the path {problem}")
             return
-        data, info = _read(root, path)
+        try:
+            data, info = _read(root, path)
+        except OSError:
+            report.refused.append(f"{self.resource['mount_path']}{path}: not a regular file the runtime can read")
+            return
         if data is None:
             report.refused.append(
                 f"{self.resource['mount_path']}{path}: larger than the memory limit of {MAX_CONTENT_BYTES} bytes"
@@ -254,9 +258,11 @@ def _read(root: int, path: str) -> tuple[bytes | None, os.stat_result]:
     """The file's bytes (None when over the memory limit) and its stat, read without following links."""
     *parents, name = path.strip("/").split("/")
     with _directory(root, parents) as directory:
-        descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+        descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=directory)
         try:
             info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):  # swapped for a FIFO or the like since the scan
+                raise OSError(f"{path} is not a regular file")
             if info.st_size > MAX_CONTENT_BYTES:
                 return None, info
             chunks = []

@@ -107,3 +107,11 @@ def test_a_read_only_store_is_never_written(store, tmp_path):
     (mount.folder / "a.md").write_text("changed anyway")
     assert mount.push().stored == []
     assert Memory.objects.get(store=store, path="/a.md").content == "one"
+
+
+def test_a_planted_fifo_is_never_opened(store, tmp_path):
+    mount = mount_for(store, tmp_path)
+    os.mkfifo(mount.folder / "pipe.md")  # opening it for reading would wait for a writer forever
+    (mount.folder / "kept.md").write_text("kept")
+    assert mount.push().stored == ["/kept.md"]
+    assert list(Memory.objects.filter(store=store).values_list("path", flat=True)) == ["/kept.md"]
