@@ -33,8 +33,7 @@ from registry.memory import services as memory_services
 from registry.memory.models import Memory, MemoryStore
 from registry.memory.serializers import MAX_CONTENT_BYTES, path_problem
 from registry.sandbox.backend import Mount
-
-DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+from registry.sandbox.fsops import DIRECTORY_FLAGS, directory_beneath, remove_beneath
 
 
 @dataclass
@@ -107,7 +106,7 @@ class MemoryMount:
                         self.entries[path] = self._write(root, path, content.encode())
             for path in [path for path in self.entries if path not in store_state]:
                 if _unchanged(local.get(path), self.entries[path]):
-                    _remove(root, path)
+                    remove_beneath(root, path.strip("/"))
                     del self.entries[path]
         self._save_manifest()
 
@@ -120,7 +119,7 @@ class MemoryMount:
 
     def _write(self, root: int, path: str, data: bytes) -> Entry:
         *parents, name = path.strip("/").split("/")
-        with _directory(root, parents, create_as=self.owner) as directory:
+        with directory_beneath(root, parents, create_as=self.owner) as directory:
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                 os.unlink(name, dir_fd=directory)
             descriptor = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory)
@@ -236,28 +235,10 @@ def _unchanged(info: os.stat_result | None, known: Entry) -> bool:
     return info is not None and info.st_size == known.size and info.st_mtime_ns == known.mtime_ns
 
 
-@contextlib.contextmanager
-def _directory(root: int, parts: list[str], *, create_as: int | None = None) -> Iterator[int]:
-    """A descriptor of root/parts..., never following a link; missing folders made when `create_as`."""
-    descriptor = os.dup(root)
-    try:
-        for part in parts:
-            if create_as is not None:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=descriptor)
-                    os.chown(part, create_as, create_as, dir_fd=descriptor, follow_symlinks=False)
-            child = os.open(part, DIRECTORY_FLAGS, dir_fd=descriptor)
-            os.close(descriptor)
-            descriptor = child
-        yield descriptor
-    finally:
-        os.close(descriptor)
-
-
 def _read(root: int, path: str) -> tuple[bytes | None, os.stat_result]:
     """The file's bytes (None when over the memory limit) and its stat, read without following links."""
     *parents, name = path.strip("/").split("/")
-    with _directory(root, parents) as directory:
+    with directory_beneath(root, parents) as directory:
         descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=directory)
         try:
             info = os.fstat(descriptor)
@@ -273,12 +254,6 @@ def _read(root: int, path: str) -> tuple[bytes | None, os.stat_result]:
             return b"".join(chunks), info
         finally:
             os.close(descriptor)
-
-
-def _remove(root: int, path: str) -> None:
-    *parents, name = path.strip("/").split("/")
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError, OSError), _directory(root, parents) as directory:
-        os.unlink(name, dir_fd=directory)
 
 
 def memory_prompt(resources: list[dict[str, Any]]) -> str | None:

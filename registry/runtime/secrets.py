@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 
 from django.conf import settings
 
+from registry.sandbox.hostnames import HostPattern, parse_host_entry
 from registry.sandbox.interception import SecretInjection
 from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
@@ -56,7 +58,7 @@ def _injection(credential: VaultCredential, placeholder: str, value: str) -> Sec
     location = credential.auth.get("injection_location") or {}
     hosts = None
     if networking.get("type") == "limited":
-        hosts = tuple(str(host).lower().rstrip(".") for host in networking.get("allowed_hosts") or ())
+        hosts = tuple(_host_patterns(networking.get("allowed_hosts") or ()))
     return SecretInjection(
         placeholder=placeholder,
         value=value,
@@ -64,3 +66,15 @@ def _injection(credential: VaultCredential, placeholder: str, value: str) -> Sec
         in_headers=bool(location.get("header", True)),
         in_body=bool(location.get("body", False)),
     )
+
+
+def _host_patterns(entries: Iterable[object]) -> list[HostPattern]:
+    """The entries as (host, port or None); one stored before entries were checked, and not valid, is left
+    out (the secret does not go there)."""
+    patterns = []
+    for entry in entries:
+        try:
+            patterns.append(parse_host_entry(str(entry)))
+        except ValueError:
+            continue
+    return patterns

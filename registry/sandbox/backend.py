@@ -41,7 +41,7 @@ from registry.sandbox.disks import (
     private_directory,
 )
 from registry.sandbox.egress import BRIDGE_SOURCE, PROXY_PORT, EgressProxy, chown_socket
-from registry.sandbox.interception import interception_for
+from registry.sandbox.interception import Interception, SecretInjection, interception_for
 from registry.sandbox.launch import SANDBOX_HOME, SHELL_PATH, Confinement, View, bwrap_path, start
 from registry.sandbox.spec import CommandResult, Limits, Mount, SandboxSpec, SandboxUnavailable
 from registry.sandbox.uids import UidAllocator, recorded_uid
@@ -109,6 +109,10 @@ class SandboxHost:
     def cgroup_name(self, uid: int) -> str:
         return f"{self.cgroup_prefix}{uid}"
 
+    def interception_for(self, injections: tuple[SecretInjection, ...]) -> Interception | None:
+        """The CA stays in the root (never bound into a sandbox); the trust bundle is in the shared area."""
+        return interception_for(injections, ca_dir=self.root / "ca", bundle_dir=self.shared.path)
+
 
 class Place:
     """A session's place on this host: its uid and its disk (made before its sandbox starts, so what
@@ -142,7 +146,7 @@ class BwrapSandbox:
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
         self.over_cap = False
-        self.interception = interception_for(spec.injections, host.shared.path)
+        self.interception = host.interception_for(spec.injections)
         self.proxy = EgressProxy(self.disk.run / "egress.sock", spec.network, sandbox_rules(), self.interception)
         chown_socket(self.proxy.socket_path, self.uid)
         if place.needs_restore:
@@ -294,7 +298,7 @@ class BwrapSandbox:
     def _follow_injections(self) -> None:
         """A new spec's secrets (placeholders in its env) reach the proxy before a shell with that env starts."""
         if (self.interception.injections if self.interception else ()) != self.spec.injections:
-            self.interception = interception_for(self.spec.injections, self.host.shared.path)
+            self.interception = self.host.interception_for(self.spec.injections)
             self.proxy.interception = self.interception
 
     def _collect(self, shell: subprocess.Popen[bytes], marker: str, timeout: float) -> CommandResult:

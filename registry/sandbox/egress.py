@@ -11,29 +11,34 @@ address unless `REGISTRY_SANDBOX_EGRESS_ALLOW` lifts it) and the environment's p
 `allow_package_managers`, plus the agent's MCP hosts with `allow_mcp_servers`), then connects to the
 address it checked (no second lookup, no rebinding). A refusal is an HTTP 403 with the reason and
 a counted metric, never a hang. A raw socket in the sandbox reaches nothing but its own loopback.
-For a host one of the sandbox's secrets goes to, the proxy relays HTTP itself (ending TLS with the
-deployment CA) and puts the secrets in place of their placeholders (`interception`); any other
-CONNECT stays a blind tunnel.
+For a host and port one of the sandbox's secrets goes to, a CONNECT is intercepted: the proxy ends the
+sandbox's TLS with the deployment CA and relays HTTP itself (`relaying`), putting the secrets in place of
+their placeholders where the request names the host it really goes to. Plain `http://` requests are
+always relayed as HTTP. Every answer the proxy reads for a sandbox with secrets has them taken out
+(`redaction`). Other tunnels (CONNECT, SOCKS) stay blind, but for a sandbox with secrets or under
+`limited` networking the proxy first reads what the client sends: a ClientHello must name the tunnel's
+host (under `limited`), plain HTTP in a tunnel is relayed as HTTP. One sandbox's proxy serves at most
+`REGISTRY_SANDBOX_MAX_CONNECTIONS` connections at once, with at most two threads each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
-import logging
 import os
 import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from prometheus_client import Counter
+from django.conf import settings
 
 from registry.core.egress import EgressRefused, EgressRules, check_addresses, resolve
-from registry.sandbox.interception import Interception, SecretInjection, host_listed, relay
-
-logger = logging.getLogger(__name__)
+from registry.sandbox.hostnames import Endpoint, host_listed, normalized
+from registry.sandbox.interception import Interception
+from registry.sandbox.openings import Opening, OpeningKind, read_opening
+from registry.sandbox.refusals import REFUSED, Refusal
+from registry.sandbox.relaying import ExchangeRules, HttpRelay, relay_blindly
 
 PROXY_PORT = 3128
 SOCKET_INSIDE = "/run/egress.sock"
@@ -54,7 +59,11 @@ PACKAGE_INDEX_HOSTS = (
 )
 SOCKS_VERSION, SOCKS_NO_AUTH, SOCKS_CONNECT = 5, 0, 1
 SOCKS_SUCCEEDED, SOCKS_REFUSED, SOCKS_UNREACHABLE, SOCKS_BAD_COMMAND, SOCKS_BAD_ADDRESS = 0, 2, 4, 7, 8
-REFUSED = Counter("registry_sandbox_egress_refused_total", "Connections the sandbox egress proxy refused", ["reason"])
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+TOO_MANY_CONNECTIONS = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n"
+    b"This sandbox has as many connections open through its proxy as it may; close some and try again.\n"
+)
 # Runs inside the sandbox (its python3): 127.0.0.1:3128 -> the proxy's Unix socket, byte for byte.
 BRIDGE_SOURCE = f"""
 import socket, threading
@@ -126,7 +135,8 @@ class NetworkPolicy:
 
 
 class EgressProxy:
-    """One sandbox's proxy: a Unix socket on the host and a thread per connection."""
+    """One sandbox's proxy: a Unix socket on the host, a thread per connection up to a cap (and a second one
+    while a connection is relayed blind)."""
 
     def __init__(
         self, socket_path: Path, policy: NetworkPolicy, rules: EgressRules, interception: Interception | None = None
@@ -137,8 +147,13 @@ class EgressProxy:
         self.listener = socket.socket(socket.AF_UNIX)
         self.listener.bind(str(socket_path))
         self.listener.listen(64)
+        self.slots = threading.BoundedSemaphore(settings.REGISTRY_SANDBOX_MAX_CONNECTIONS)
         self.closed = threading.Event()
         threading.Thread(target=self._accept, name="sandbox-egress", daemon=True).start()
+
+    @property
+    def limited(self) -> bool:
+        return self.policy.type == "limited"
 
     def close(self) -> None:
         self.closed.set()
@@ -154,57 +169,118 @@ class EgressProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            if not self.slots.acquire(blocking=False):
+                _turn_away(client)
+                continue
+            try:
+                threading.Thread(target=self._serve_in_slot, args=(client,), daemon=True).start()
+            except RuntimeError:  # the host is out of threads: this connection is turned away, the next may fit
+                self.slots.release()
+                _turn_away(client)
+
+    def _serve_in_slot(self, client: socket.socket) -> None:
+        try:
+            with client:
+                self._serve(client)
+        finally:
+            self.slots.release()
 
     def _serve(self, client: socket.socket) -> None:
-        with client:
-            if _first_byte(client) == SOCKS_VERSION:
-                self._serve_socks(client)
-                return
-            head = _read_head(client)
-            if head is None:
-                return
-            method, target, rest = _request_line(head)
-            host, port, forward = _destination(method, target, head, rest)
-            if host is None:
-                _answer(client, 400, "The proxy takes CONNECT host:port or absolute http:// requests.")
-                return
-            upstream = self._connect(client, host, port)
-            if upstream is None:
-                return
-            with upstream:
-                injections = self.interception.covering(host) if self.interception else ()
-                if injections and forward is None:
-                    self._intercept(client, upstream, host, injections)
-                elif injections:
-                    relay(client, upstream, injections, received=head)
-                elif forward is None:
-                    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                    _relay(client, upstream)
-                else:
-                    upstream.sendall(forward)
-                    _relay(client, upstream)
+        if _first_byte(client) == SOCKS_VERSION:
+            self._serve_socks(client)
+            return
+        received = _read_head(client)
+        if received is None:
+            return
+        method, target = _request_line(received)
+        if method == "CONNECT":
+            self._serve_connect(client, target, received.partition(b"\r\n\r\n")[2])
+        elif target.lower().startswith("http://"):
+            self._serve_plain(client, received)
+        else:
+            _answer(client, 400, "The proxy takes CONNECT host:port or absolute http:// requests.")
+
+    def _serve_plain(self, client: socket.socket, received: bytes) -> None:
+        """Absolute-form `http://` requests, each to the host it names, relayed as HTTP."""
+        rules = _exchange_rules(self.interception, substitutes=True, bind_hosts=self.limited)
+        HttpRelay(client, rules, connect=self._open_endpoint, received=received).run()
+
+    def _serve_connect(self, client: socket.socket, target: str, early: bytes) -> None:
+        host, _, port_text = target.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port_text.isdigit():
+            _answer(client, 400, "CONNECT takes host:port.")
+            return
+        port = int(port_text)
+        upstream = self._connect(client, host, port)
+        if upstream is None:
+            return
+        with upstream:
+            interception = self.interception
+            if interception and interception.covering(host, port):
+                self._intercept(client, upstream, Endpoint(host, port, secure=True), interception, early)
+            else:
+                client.sendall(ESTABLISHED)
+                self._tunnel(client, upstream, Endpoint(host, port), early)
 
     def _intercept(
-        self, client: socket.socket, upstream: socket.socket, host: str, injections: tuple[SecretInjection, ...]
+        self,
+        client: socket.socket,
+        upstream: socket.socket,
+        endpoint: Endpoint,
+        interception: Interception,
+        early: bytes,
     ) -> None:
-        """A CONNECT to a host the sandbox's secrets go to: verified TLS upstream before the CONNECT is
-        answered (so an untrusted host is a 502, not a tunnel), then the sandbox's TLS ended here."""
-        assert self.interception is not None
+        """A CONNECT to a host and port the sandbox's secrets go to: verified TLS upstream before the CONNECT
+        is answered (so an untrusted host is a 502, not a tunnel), then the sandbox's TLS, whose ClientHello
+        must name that host, ended here; every request on it must name that host and port too."""
         try:
-            secured_upstream = self.interception.open_upstream(upstream, host)
+            secured_upstream = interception.open_upstream(upstream, endpoint.host)
         except OSError as error:  # ssl.SSLCertVerificationError included
             REFUSED.labels(reason="upstream_tls").inc()
-            _answer(client, 502, f"{host} did not complete a TLS handshake this proxy trusts ({type(error).__name__}).")
+            message = f"{endpoint.host} did not complete a TLS handshake this proxy trusts ({type(error).__name__})."
+            _answer(client, 502, message)
             return
         with secured_upstream:
-            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            client.sendall(ESTABLISHED)
+            opening = read_opening(client, received=early)
+            if opening.kind is not OpeningKind.TLS or not _names_tunnel(opening, endpoint):
+                _count_refused_opening(opening)
+                return
             try:
-                secured_client = self.interception.accept_client(client, host)
+                secured_client = interception.accept_client(client, endpoint.host, opening.data)
             except OSError:
                 return
-            with secured_client:
-                relay(secured_client, secured_upstream, injections)
+            rules = _exchange_rules(interception, substitutes=True, bind_hosts=True)
+            try:
+                HttpRelay(secured_client, rules, fixed=(endpoint, secured_upstream)).run()
+            finally:
+                secured_client.close()
+
+    def _tunnel(self, client: socket.socket, upstream: socket.socket, endpoint: Endpoint, early: bytes) -> None:
+        """A tunnel no secret goes into. Blind at once for a sandbox without secrets under `unrestricted`
+        networking; else what the client sends first decides: TLS stays blind (under `limited` only when its
+        ClientHello names the tunnel's host), plain HTTP is relayed as HTTP (redacted, and under `limited`
+        bound to the host), another protocol (or one whose server speaks first) stays blind."""
+        interception = self.interception
+        if interception is None and not self.limited:
+            relay_blindly(client, upstream, early)
+            return
+        opening = read_opening(client, upstream, early)
+        if opening.kind is OpeningKind.HTTP:
+            rules = _exchange_rules(interception, substitutes=False, bind_hosts=self.limited)
+            HttpRelay(client, rules, fixed=(endpoint, upstream), received=opening.data).run()
+        elif self._passes_blind(opening, endpoint):
+            relay_blindly(client, upstream, opening.data)
+        else:
+            _count_refused_opening(opening)
+
+    def _passes_blind(self, opening: Opening, endpoint: Endpoint) -> bool:
+        """TLS the proxy does not end (naming the tunnel's host, under `limited`), and any protocol that is
+        neither TLS nor HTTP (it names no host the server could route by)."""
+        if opening.kind is OpeningKind.TLS:
+            return not self.limited or _names_tunnel(opening, endpoint)
+        return opening.kind in (OpeningKind.OTHER, OpeningKind.SERVER_FIRST)
 
     def _connect(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
         """The upstream connection, or None once the HTTP client was told why not."""
@@ -214,29 +290,29 @@ class EgressProxy:
             _answer(client, refusal.status, refusal.message)
             return None
 
+    def _open_endpoint(self, endpoint: Endpoint) -> socket.socket:
+        return self._open(endpoint.host, endpoint.port)
+
     def _open(self, host: str, port: int) -> socket.socket:
         """Connect to `host:port` after the environment's policy and the egress rules said yes, to the very
         address that was checked (no second lookup)."""
         if not self.policy.allows(host):
-            REFUSED.labels(reason="not_allowed").inc()
-            raise Refusal(403, f"{host} is not in this environment's allowed hosts.")
+            raise Refusal(403, f"{host} is not in this environment's allowed hosts.", "not_allowed")
         try:
             addresses = resolve(host, port)
             check_addresses(host, port, addresses, self.rules)
         except EgressRefused as refused:
-            REFUSED.labels(reason="address").inc()
-            raise Refusal(403, str(refused)) from None
+            raise Refusal(403, str(refused), "address") from None
         try:
             upstream = socket.create_connection((str(addresses[0]), port), timeout=CONNECT_TIMEOUT_SECONDS)
         except OSError as error:
-            REFUSED.labels(reason="unreachable").inc()
-            raise Refusal(502, f"{host}:{port} could not be reached ({type(error).__name__}).") from None
+            raise Refusal(502, f"{host}:{port} could not be reached ({type(error).__name__}).", "unreachable") from None
         upstream.settimeout(None)  # the timeout was for connecting; a quiet stream may stay open
         return upstream
 
     def _serve_socks(self, client: socket.socket) -> None:
         """SOCKS5 (RFC 1928) on the same socket: no authentication, CONNECT only, the same checks as an HTTP
-        CONNECT. The tunnel is blind: a credential's placeholder passes unchanged (never the secret)."""
+        CONNECT and the same tunnel, never intercepted: a credential's placeholder passes unchanged."""
         client.settimeout(30)
         try:
             host, port = _socks_request(client)
@@ -250,16 +326,38 @@ class EgressProxy:
         client.settimeout(None)
         with upstream:
             _socks_reply(client, SOCKS_SUCCEEDED)
-            _relay(client, upstream)
+            self._tunnel(client, upstream, Endpoint(host, port), b"")
 
 
-class Refusal(Exception):
-    """Why the proxy will not connect (an HTTP status and a reason the sandbox may read)."""
+def _exchange_rules(interception: Interception | None, *, substitutes: bool, bind_hosts: bool) -> ExchangeRules:
+    """What an HTTP relay does for this sandbox: its secrets put in (where `substitutes`) and taken out of
+    every answer, and requests bound to their destination."""
+    if interception is None:
+        return ExchangeRules(bind_hosts=bind_hosts)
+    injections = interception.injections if substitutes else ()
+    return ExchangeRules(injections, interception.redactor, bind_hosts)
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+
+def _names_tunnel(opening: Opening, endpoint: Endpoint) -> bool:
+    """A ClientHello names the tunnel's host, or no host at all."""
+    return opening.server_name is None or normalized(opening.server_name) == normalized(endpoint.host)
+
+
+def _count_refused_opening(opening: Opening) -> None:
+    """A tunnel closed before anything was passed on (a TLS client could not read an HTTP refusal)."""
+    if opening.kind is OpeningKind.TLS:
+        REFUSED.labels(reason="sni_mismatch").inc()
+    elif opening.kind is not OpeningKind.SILENT:
+        REFUSED.labels(reason="unreadable_opening").inc()
+
+
+def _turn_away(client: socket.socket) -> None:
+    """Over the cap: answered (and counted) by the accepting thread, which must not wait on the client."""
+    REFUSED.labels(reason="too_many_connections").inc()
+    with client:
+        client.setblocking(False)
+        with contextlib.suppress(OSError):
+            client.send(TOO_MANY_CONNECTIONS)
 
 
 def _first_byte(client: socket.socket) -> int | None:
@@ -325,25 +423,10 @@ def _read_head(client: socket.socket) -> bytes | None:
     return data
 
 
-def _request_line(head: bytes) -> tuple[str, str, bytes]:
-    line, _, rest = head.partition(b"\r\n")
+def _request_line(head: bytes) -> tuple[str, str]:
+    line = head.partition(b"\r\n")[0]
     parts = line.decode("latin-1").split(" ")
-    return (parts[0].upper(), parts[1], rest) if len(parts) == 3 else ("", "", rest)
-
-
-def _destination(method: str, target: str, head: bytes, rest: bytes) -> tuple[str | None, int, bytes | None]:
-    """(host, port, bytes to send upstream: None for a CONNECT tunnel)."""
-    if method == "CONNECT":
-        host, _, port = target.rpartition(":")
-        return (host.strip("[]") or None, int(port) if port.isdigit() else 443, None)
-    parts = urlsplit(target)
-    if parts.scheme != "http" or not parts.hostname:
-        return None, 0, None
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    origin_form = f"{method} {path} HTTP/1.1\r\n".encode() + rest
-    return parts.hostname, parts.port or 80, origin_form
+    return (parts[0].upper(), parts[1]) if len(parts) == 3 else ("", "")
 
 
 def _answer(client: socket.socket, status: int, message: str) -> None:
@@ -352,28 +435,6 @@ def _answer(client: socket.socket, status: int, message: str) -> None:
     head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
     with contextlib.suppress(OSError):
         client.sendall(head.encode() + b"connection: close\r\n\r\n" + body)
-
-
-def _relay(client: socket.socket, upstream: socket.socket) -> None:
-    def pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                sink.shutdown(socket.SHUT_WR)
-
-    other = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-    other.start()
-    pump(client, upstream)
-    other.join(timeout=300)
-
-
-def socket_path_for(workspace: Path) -> Path:
-    """The proxy's socket sits beside the workspace (in the session's private directory)."""
-    return workspace.parent / "egress.sock"
 
 
 def chown_socket(path: Path, uid: int) -> None:

@@ -34,11 +34,11 @@ def relative_parts(relative: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def directory_beneath(root: Path, parts: list[str], *, create_as: int | None = None) -> Iterator[int]:
+def directory_beneath(root: Path | int, parts: list[str], *, create_as: int | None = None) -> Iterator[int]:
     """A descriptor of `root`/parts..., every component opened without following a link; missing
-    folders are made (mode 0755, owned by `create_as`) when `create_as` is given. `root` itself is the
-    host's (a path no sandbox can change)."""
-    descriptor = os.open(root, DIRECTORY_FLAGS)
+    folders are made (mode 0755, owned by `create_as`) when `create_as` is given. `root` is a path no
+    sandbox can change, or a descriptor of a folder already opened that way."""
+    descriptor = os.dup(root) if isinstance(root, int) else os.open(root, DIRECTORY_FLAGS)
     try:
         for part in parts:
             if create_as is not None:
@@ -107,7 +107,7 @@ def read_regular_file(root: Path, relative: str, *, limit: int) -> bytes:
             os.close(descriptor)
 
 
-def remove_beneath(root: Path, relative: str) -> None:
+def remove_beneath(root: Path | int, relative: str) -> None:
     """Unlink a file (or link) below `root`; quietly nothing when it is gone or not a file."""
     *parents, name = relative_parts(relative)
     with contextlib.suppress(OSError), directory_beneath(root, parents) as directory:

@@ -1,9 +1,9 @@
-"""Secrets the egress proxy puts into a sandbox's requests: the deployment CA, TLS termination, substitution.
+"""Secrets the egress proxy puts into a sandbox's requests: the injections, the deployment CA and TLS termination.
 
-The sandbox holds only placeholders. For a host an injection covers, the proxy ends the sandbox's TLS
-with a leaf certificate from the deployment CA (which the sandbox's trust bundle holds), opens its own
-verified TLS to the host, and relays HTTP/1.1 with h11 on both sides, putting each secret in place of
-its placeholder in headers (and bodies when asked). Nothing here logs a header, a body or a secret.
+The sandbox holds only placeholders. For a host and port an injection covers, the proxy ends the sandbox's
+TLS with a leaf certificate from the deployment CA (which the sandbox's trust bundle holds), opens its own
+verified TLS to the host, and relays HTTP/1.1 itself (`relaying`), putting each secret in place of its
+placeholder where its credential allows. Nothing here logs a header, a body or a secret.
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import TypeVar
 
-import h11
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from django.conf import settings
+
+from registry.sandbox.hostnames import HostPattern, pattern_matches
+from registry.sandbox.redaction import Redactor
 
 CA_FILE = "ca.pem"  # the CA's key and certificate, mode 0600
 TRUST_BUNDLE = "trust-bundle.pem"  # system bundle + the CA, beside the sandboxes (read by their uids)
@@ -41,35 +44,27 @@ LEAF_DAYS = 30
 LEAF_REUSE_SECONDS = 24 * 3600
 MAX_LEAVES = 1024
 HANDSHAKE_TIMEOUT_SECONDS = 30
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 64 * 1024 * 1024  # a body the proxy must rewrite is held whole
 RECV_BYTES = 65536
-# Hop-by-hop framing the proxy redoes itself when it rewrites a body; `expect` it answers itself.
-REFRAMED = (b"content-length", b"transfer-encoding", b"expect")
+Result = TypeVar("Result")
 CA_KEY_USAGE = x509.KeyUsage(
     digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False,
     key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
 )  # fmt: skip
 
 
-def host_listed(host: str, entries: tuple[str, ...]) -> bool:
-    """`host` is an entry, or under a `*.domain` entry (case and a trailing dot aside)."""
-    host = host.lower().rstrip(".")
-    return any(host == entry or (entry.startswith("*.") and host.endswith(entry[1:])) for entry in entries)
-
-
 @dataclass(frozen=True)
 class SecretInjection:
-    """One secret as the proxy puts it in: its placeholder, the hosts it goes to (None: any) and where."""
+    """One secret as the proxy puts it in: its placeholder, the hosts it goes to (None: any; a host pattern
+    with a port binds that port too) and where in a request (header values, the body; never the target)."""
 
     placeholder: str
     value: str = field(repr=False)
-    hosts: tuple[str, ...] | None = None
+    hosts: tuple[HostPattern, ...] | None = None
     in_headers: bool = True
     in_body: bool = False
 
-    def covers(self, host: str) -> bool:
-        return self.hosts is None or host_listed(host, self.hosts)
+    def covers(self, host: str, port: int) -> bool:
+        return self.hosts is None or any(pattern_matches(pattern, host, port) for pattern in self.hosts)
 
 
 class DeploymentCA:
@@ -194,9 +189,10 @@ class Interception:
     ca: DeploymentCA
     upstream: ssl.SSLContext
     bundle: Path
+    redactor: Redactor = field(repr=False)  # every secret of the sandbox, taken out of what the proxy reads
 
-    def covering(self, host: str) -> tuple[SecretInjection, ...]:
-        return tuple(injection for injection in self.injections if injection.covers(host))
+    def covering(self, host: str, port: int) -> tuple[SecretInjection, ...]:
+        return tuple(injection for injection in self.injections if injection.covers(host, port))
 
     def open_upstream(self, upstream: socket.socket, host: str) -> ssl.SSLSocket:
         """TLS to the real host at the address already checked, verified against its name (and SNI)."""
@@ -205,22 +201,78 @@ class Interception:
         secured.settimeout(None)
         return secured
 
-    def accept_client(self, client: socket.socket, host: str) -> ssl.SSLSocket:
-        """The sandbox's TLS, ended here with a leaf for `host` from the deployment CA."""
+    def accept_client(self, client: socket.socket, host: str, client_hello: bytes) -> TerminatedTls:
+        """The sandbox's TLS, ended here with a leaf for `host` from the deployment CA, starting from the
+        ClientHello the proxy already read."""
+        secured = TerminatedTls(client, self.ca.server_context(host), client_hello)
         client.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
-        secured = self.ca.server_context(host).wrap_socket(client, server_side=True)
-        secured.settimeout(None)
+        try:
+            secured.handshake()
+        finally:
+            client.settimeout(None)
         return secured
 
 
-def interception_for(injections: tuple[SecretInjection, ...], root: Path) -> Interception | None:
-    """A sandbox's interception (None without injections): the CA, and its trust bundle under `root`."""
+class TerminatedTls:
+    """The sandbox's TLS ended by the proxy: OpenSSL over memory buffers fed from the socket, so what was
+    read before the handshake (the ClientHello) can start it."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, received: bytes) -> None:
+        self.sock = sock
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.incoming.write(received)
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+
+    def handshake(self) -> None:
+        self._run(self.tls.do_handshake)
+
+    def recv(self, size: int, /) -> bytes:
+        try:
+            return self._run(self.tls.read, size)
+        except ssl.SSLZeroReturnError:  # the sandbox closed its TLS cleanly
+            return b""
+
+    def sendall(self, data: bytes, /) -> None:
+        self._run(self.tls.write, data)  # a memory buffer takes it all at once
+
+    def close(self) -> None:
+        """Send the TLS goodbye without waiting for the sandbox's."""
+        with contextlib.suppress(ssl.SSLError):  # SSLWantReadError: the sandbox's goodbye is not awaited
+            self.tls.unwrap()
+        with contextlib.suppress(OSError):
+            self._flush()
+
+    def _run(self, operation: Callable[..., Result], *arguments: object) -> Result:
+        """Run a TLS operation, sending what it writes and reading from the socket while it needs more."""
+        while True:
+            try:
+                result = operation(*arguments)
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = self.sock.recv(RECV_BYTES)
+                if not data:
+                    raise ConnectionResetError("the sandbox closed its connection mid-TLS") from None
+                self.incoming.write(data)
+                continue
+            self._flush()
+            return result
+
+    def _flush(self) -> None:
+        if pending := self.outgoing.read():
+            self.sock.sendall(pending)
+
+
+def interception_for(injections: tuple[SecretInjection, ...], *, ca_dir: Path, bundle_dir: Path) -> Interception | None:
+    """A sandbox's interception (None without injections): the CA (in `REGISTRY_SANDBOX_CA_DIR`, else
+    `ca_dir`, which no sandbox sees), and its trust bundle in `bundle_dir` (bound into sandboxes)."""
     if not injections:
         return None
-    ca = deployment_ca(Path(settings.REGISTRY_SANDBOX_CA_DIR or root / "ca"))
-    bundle = root / TRUST_BUNDLE
+    ca = deployment_ca(Path(settings.REGISTRY_SANDBOX_CA_DIR or ca_dir))
+    bundle = bundle_dir / TRUST_BUNDLE
     _write_bundle(bundle, ca.certificate_pem())
-    return Interception(injections, ca, upstream_context(settings.REGISTRY_SANDBOX_EXTRA_CA_FILE), bundle)
+    upstream = upstream_context(settings.REGISTRY_SANDBOX_EXTRA_CA_FILE)
+    redactor = Redactor({injection.value: injection.placeholder for injection in injections})
+    return Interception(injections, ca, upstream, bundle, redactor)
 
 
 def _write_bundle(path: Path, ca_pem: bytes) -> None:
@@ -229,128 +281,3 @@ def _write_bundle(path: Path, ca_pem: bytes) -> None:
         staged.write(system.rstrip(b"\n") + b"\n" + ca_pem)
     os.chmod(staged.name, 0o644)
     os.replace(staged.name, path)
-
-
-class BodyTooLarge(Exception):
-    """A body the proxy would have to rewrite is larger than it holds."""
-
-
-def relay(
-    client: socket.socket, upstream: socket.socket, injections: tuple[SecretInjection, ...], received: bytes = b""
-) -> None:
-    """Relay HTTP/1.1 exchanges (kept alive while both sides allow) with the secrets put in, until either
-    side closes or breaks the protocol. `received` is what the proxy already read from the client."""
-    inbound = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-    outbound = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-    if received:  # h11 takes empty data for the end of the stream
-        inbound.receive_data(received)
-    with contextlib.suppress(h11.ProtocolError, OSError):
-        while _exchange(client, upstream, inbound, outbound, injections):
-            inbound.start_next_cycle()
-            outbound.start_next_cycle()
-
-
-def _exchange(
-    client: socket.socket,
-    upstream: socket.socket,
-    inbound: h11.Connection,
-    outbound: h11.Connection,
-    injections: tuple[SecretInjection, ...],
-) -> bool:
-    """One request and its response; True when the connection may carry another."""
-    request = _next_event(inbound, client)
-    if not isinstance(request, h11.Request):
-        return False
-    if inbound.they_are_waiting_for_100_continue:  # answered here: the body may have to be read whole first
-        client.sendall(inbound.send(h11.InformationalResponse(status_code=100, headers=[])))
-    try:
-        _forward_request(request, client, upstream, inbound, outbound, injections)
-    except BodyTooLarge:
-        client.sendall(_refusal(inbound, 413, "The request body is too large for the proxy to rewrite."))
-        return False
-    _forward_response(client, upstream, inbound, outbound)
-    return all(side.our_state is h11.DONE and side.their_state is h11.DONE for side in (inbound, outbound))
-
-
-def _forward_request(
-    request: h11.Request,
-    client: socket.socket,
-    upstream: socket.socket,
-    inbound: h11.Connection,
-    outbound: h11.Connection,
-    injections: tuple[SecretInjection, ...],
-) -> None:
-    headers = [
-        (name, _substituted(value, injections, in_headers=True)) for name, value in request.headers if name != b"expect"
-    ]
-    target = _origin_form(request.target)
-    if not any(injection.in_body for injection in injections):
-        upstream.sendall(outbound.send(h11.Request(method=request.method, target=target, headers=headers)))
-        while isinstance(event := _next_event(inbound, client), h11.Data):
-            upstream.sendall(outbound.send(event))
-        upstream.sendall(outbound.send(h11.EndOfMessage()))
-        return
-    framed = any(name in REFRAMED for name, _ in headers)
-    body = _substituted(_whole_body(inbound, client), injections, in_headers=False)
-    headers = [(name, value) for name, value in headers if name not in REFRAMED]
-    if framed or body:
-        headers.append((b"content-length", str(len(body)).encode()))
-    upstream.sendall(outbound.send(h11.Request(method=request.method, target=target, headers=headers)))
-    if body:
-        upstream.sendall(outbound.send(h11.Data(data=body)))
-    upstream.sendall(outbound.send(h11.EndOfMessage()))
-
-
-def _forward_response(
-    client: socket.socket, upstream: socket.socket, inbound: h11.Connection, outbound: h11.Connection
-) -> None:
-    """Stream the response back as it comes. A protocol switch (101) is not carried: the connection ends."""
-    while True:
-        event = _next_event(outbound, upstream)
-        if not isinstance(event, h11.InformationalResponse | h11.Response | h11.Data | h11.EndOfMessage):
-            raise ConnectionResetError("the upstream closed before its response ended")
-        if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
-            raise ConnectionAbortedError("protocol upgrades are not relayed on a connection with secrets")
-        client.sendall(inbound.send(event))
-        if isinstance(event, h11.EndOfMessage):
-            return
-
-
-def _next_event(connection: h11.Connection, sock: socket.socket) -> object:
-    """The next event (or PAUSED), reading from `sock` as needed; an end of file is an event too."""
-    while (event := connection.next_event()) is h11.NEED_DATA:
-        connection.receive_data(sock.recv(RECV_BYTES))
-    return event
-
-
-def _whole_body(inbound: h11.Connection, client: socket.socket) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    while isinstance(event := _next_event(inbound, client), h11.Data):
-        size += len(event.data)
-        if size > MAX_BODY_BYTES:
-            raise BodyTooLarge
-        parts.append(event.data)
-    return b"".join(parts)
-
-
-def _substituted(data: bytes, injections: tuple[SecretInjection, ...], *, in_headers: bool) -> bytes:
-    for injection in injections:
-        if injection.in_headers if in_headers else injection.in_body:
-            data = data.replace(injection.placeholder.encode(), injection.value.encode())
-    return data
-
-
-def _origin_form(target: bytes) -> bytes:
-    """An absolute-form target (plain HTTP through a proxy) as the origin server expects it."""
-    if not target.lower().startswith((b"http://", b"https://")):
-        return target
-    parts = urlsplit(target.decode("latin-1"))
-    return ((parts.path or "/") + (f"?{parts.query}" if parts.query else "")).encode("latin-1")
-
-
-def _refusal(inbound: h11.Connection, status: int, message: str) -> bytes:
-    body = (message + "\n").encode()
-    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
-    headers.append((b"connection", b"close"))
-    return inbound.send(h11.Response(status_code=status, headers=headers)) + inbound.send(h11.Data(data=body))

@@ -16,6 +16,7 @@ from registry.core.fields import (
     validate_http_url,
 )
 from registry.core.serialization import ResponseSerializer, timestamp
+from registry.sandbox.hostnames import MAX_CREDENTIAL_HOSTS, parse_host_entry
 from registry.vaults.models import Vault, VaultCredential
 
 
@@ -63,9 +64,21 @@ class McpOAuthSerializer(StrictSerializer):
     refresh = OAuthRefreshSerializer(required=False, allow_null=True)
 
 
+def validate_credential_host(entry: str) -> None:
+    """A bare hostname, an IPv4 address or a `*.` wildcard, with an optional `:port` (our extension)."""
+    try:
+        parse_host_entry(entry)
+    except ValueError as error:
+        raise serializers.ValidationError(str(error)) from None
+
+
 class NetworkingSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["unrestricted", "limited"])
-    allowed_hosts = serializers.ListField(child=StrictCharField(max_length=253), required=False, max_length=256)
+    allowed_hosts = serializers.ListField(
+        child=StrictCharField(max_length=259, validators=[validate_credential_host], trim_whitespace=False),
+        required=False,
+        max_length=MAX_CREDENTIAL_HOSTS,
+    )
 
 
 class InjectionLocationSerializer(StrictSerializer):

@@ -121,7 +121,11 @@ def run_in() -> Iterator[Spawn]:
             stderr=subprocess.PIPE,
             text=True,
         )
-        wait_until(lambda: process.pid in cgroup.pids(), timeout=5, what="the process to join its cgroup")
+
+        def joined() -> bool:  # (a quick one may already have exited)
+            return process.pid in cgroup.pids() or process.poll() is not None
+
+        wait_until(joined, timeout=5, what="the process to join its cgroup")
         started.append(process)
         return process
 

@@ -1,64 +1,32 @@
 """`environment_variable` credentials: the sandbox sees only a placeholder; its egress proxy puts the real
-secret in (ending TLS with the deployment CA) on the way to the credential's hosts, and nowhere else.
-Real bubblewrap sandboxes, real TLS servers on loopback with a test CA the proxy is told to trust."""
+secret in (ending TLS with the deployment CA) on the way to the credential's hosts (and ports, where an
+entry names one), only where its `injection_location` allows, and nowhere else; HTTP/1.0 upstreams are
+relayed whole. Real bubblewrap sandboxes, real TLS servers on loopback with a test CA the proxy trusts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from registry.runtime.secrets import session_injections
-from registry.sandbox.backend import BwrapSandbox, SandboxSpec
-from registry.sandbox.egress import NetworkPolicy
-from registry.vaults import services as vault_services
+from registry.sandbox.interception import CA_FILE
 from registry.vaults.models import VaultCredential
-from tests.support.tls import Pki, Received, make_pki, recording_servers
+from tests.support.sandbox_network import (
+    SECRET,
+    credential,
+    pki,
+    placeholder_of,
+    proxied,
+    serve,
+    session_sandbox,
+    trust_test_ca,
+    vault_of,
+)
+from tests.support.tls import Http10ReflectingHandler
 
-SECRET = "sk-live-0123456789abcdef"
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path)
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Path | None], tuple[int, list[Received]]]]:
-    yield from recording_servers()
-
-
-# -- sessions with credentials ------------------------------------------------------------------------
-@pytest.fixture
-def proxied(settings, pki: Pki) -> None:
-    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
-    settings.REGISTRY_SANDBOX_EXTRA_CA_FILE = str(pki.ca_file)
-
-
-def credential(vault, name: str = "API_KEY", value: str = SECRET, **auth: Any) -> VaultCredential:
-    networking = auth.pop("networking", {"type": "unrestricted"})
-    values = {"type": "environment_variable", "secret_name": name, "secret_value": value, "networking": networking}
-    return vault_services.credential_create(vault=vault, values={"auth": {**values, **auth}})
-
-
-def vault_of(tenant, name: str = "keys"):
-    return vault_services.vault_create(workspace=tenant.workspace, values={"display_name": name})
-
-
-def session_sandbox(backend, tenant, vault_ids: list[str], session_id: str) -> BwrapSandbox:
-    env, injections = session_injections(session_id=session_id, workspace_id=tenant.workspace.id, vault_ids=vault_ids)
-    spec = SandboxSpec(
-        session_id=session_id, workspace_id=tenant.workspace.id, env=env, injections=injections, network=NetworkPolicy()
-    )
-    return backend.ensure(spec)
-
-
-def placeholder_of(box: BwrapSandbox, name: str = "API_KEY") -> str:
-    return box.run(f'printf %s "${name}"').output
+__all__ = ["pki", "proxied", "serve"]
 
 
 # -- tests ----------------------------------------------------------------------------------------------
@@ -84,7 +52,7 @@ def test_https_to_a_listed_host_carries_the_secret_and_to_others_the_placeholder
     credential(vault, networking={"type": "limited", "allowed_hosts": ["localhost"]})
     box = session_sandbox(backend, tenant, [vault.id], "sesn_https")
     placeholder = placeholder_of(box)
-    box.run(f"cat > test-ca.pem <<'EOF'\n{pki.ca_file.read_text()}EOF")
+    trust_test_ca(box, pki)
 
     listed = box.run(
         f'curl -sS -H "Authorization: Bearer $API_KEY" https://localhost:{port}/one https://localhost:{port}/two'
@@ -106,8 +74,8 @@ def test_https_to_a_listed_host_carries_the_secret_and_to_others_the_placeholder
         assert by_path[path].headers["authorization"] == f"Bearer {SECRET}"
     assert by_path["/one"].peer_port == by_path["/two"].peer_port  # one kept-alive connection
     assert by_path["/four"].headers["authorization"] == f"Bearer {placeholder}"
-    ca_file = backend.root / "ca" / "ca.pem"
-    assert ca_file.stat().st_mode & 0o777 == 0o600
+    assert box.interception is not None
+    assert (box.interception.ca.directory / CA_FILE).stat().st_mode & 0o777 == 0o600
 
 
 def test_body_injection_rewrites_the_body_and_its_length(backend, tenant, pki, serve, proxied):
@@ -168,7 +136,7 @@ def test_session_injections_take_live_credentials_of_the_sessions_own_workspace(
     api_key, other = by_placeholder[env["API_KEY"]], by_placeholder[env["OTHER"]]
     assert (api_key.value, api_key.hosts, api_key.in_headers, api_key.in_body) == (
         "from-first",
-        ("api.example.com",),
+        (("api.example.com", None),),
         True,
         False,
     )
@@ -193,3 +161,58 @@ def test_a_new_spec_brings_its_secrets_to_the_proxy(backend, tenant, pki, serve,
         box.spec = replace(box.spec, env=env, injections=injections)
     assert box.run(f'curl -sS -H "Authorization: Bearer $API_KEY" https://localhost:{port}/').output == "ok\n"
     assert received[0].headers["authorization"] == f"Bearer {SECRET}"
+
+
+def test_a_host_entry_with_a_port_binds_the_secret_to_that_port(backend, tenant, pki, serve, proxied):
+    bound_port, bound = serve(pki.server_chain)
+    other_port, other = serve(pki.server_chain)
+    vault = vault_of(tenant)
+    credential(vault, networking={"type": "limited", "allowed_hosts": [f"localhost:{bound_port}"]})
+    box = session_sandbox(backend, tenant, [vault.id], "sesn_port")
+    placeholder = placeholder_of(box)
+    ca_file = trust_test_ca(box, pki)
+    header = '-H "Authorization: Bearer $API_KEY"'
+    assert box.run(f"curl -sS {header} https://localhost:{bound_port}/").output == "ok\n"
+    assert box.run(f"curl -sS --cacert {ca_file} {header} https://localhost:{other_port}/").output == "ok\n"
+    assert bound[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert other[0].headers["authorization"] == f"Bearer {placeholder}"
+
+
+@pytest.mark.parametrize(
+    ("location", "in_header", "in_body"),
+    [({"header": True}, True, False), ({"header": False, "body": True}, False, True)],
+    ids=["header", "body"],
+)
+def test_a_secret_goes_only_where_its_injection_location_allows(
+    backend, tenant, pki, serve, proxied, location, in_header, in_body
+):
+    port, received = serve(pki.server_chain)
+    vault = vault_of(tenant)
+    credential(vault, injection_location=location)
+    box = session_sandbox(backend, tenant, [vault.id], f"sesn_location_{in_body}")
+    placeholder = placeholder_of(box)
+    url = f"https://localhost:{port}/p?key=$API_KEY"
+    expect = '-H "Expect: 100-continue"'  # answered by the proxy, which may have to read the body first
+    assert box.run(f'curl -sS {expect} -H "X-Key: $API_KEY" --data-binary "key=$API_KEY" "{url}"').output == "ok\n"
+    [request] = received
+    assert request.headers["x-key"] == (SECRET if in_header else placeholder)
+    assert request.body == f"key={SECRET if in_body else placeholder}".encode()
+    assert request.path == f"/p?key={placeholder}"  # never in the request target
+
+
+@pytest.mark.parametrize("tls", [True, False], ids=["https", "http"])
+@pytest.mark.parametrize("client_version", ["--http1.1", "--http1.0"])
+def test_an_http10_upstream_is_relayed_to_the_end_of_its_body(
+    backend, tenant, pki, serve, proxied, tls, client_version
+):
+    port, received = serve(pki.server_chain if tls else None, Http10ReflectingHandler)
+    vault = vault_of(tenant)
+    credential(vault, networking={"type": "limited", "allowed_hosts": ["localhost"]})
+    box = session_sandbox(backend, tenant, [vault.id], "sesn_http10")
+    box.run("python3 -c \"print('x' * 199_999 + 'END', end='')\" > body.txt")
+    scheme = "https" if tls else "http"
+    fetch = f"curl -sS {client_version} --data-binary @body.txt {scheme}://localhost:{port}/echo"
+    output = box.run(f"{fetch} -o answer.txt -w '%{{http_code}} %{{size_download}} '; tail -c 3 answer.txt").output
+    status, size, end = output.split()
+    assert (status, end) == ("200", "END") and int(size) > 200_000
+    assert len(received[0].body) == 200_002

@@ -1,15 +1,32 @@
 """The sandbox's network: nothing but the egress proxy, which enforces the environment's policy after
 DNS resolution (loopback, private and metadata addresses refused unless an operator exception lifts
-them; `limited` admits only its allowed hosts, package indexes and MCP hosts when asked)."""
+them; `limited` admits only its allowed hosts, package indexes and MCP hosts when asked, and binds each
+tunnel's ClientHello and each plain request's Host to where it really goes). Plain requests go each to the
+host they name; a protocol switch is carried where there is nothing to redact."""
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import pytest
 
 from registry.sandbox.backend import SandboxSpec
 from registry.sandbox.egress import REFUSED, NetworkPolicy
+from tests.support.sandbox_network import (
+    credential,
+    pki,
+    proxied,
+    refused,
+    serve,
+    session_sandbox,
+    tls_with_server_name,
+    trust_test_ca,
+    vault_of,
+)
+from tests.support.sites import upgrade_echo_site
+
+__all__ = ["pki", "proxied", "serve"]
 
 FETCH = (
     "python3 -c \"import urllib.request as r; print(r.urlopen('{url}', timeout=20).read().decode())\" 2>&1 | tail -1"
@@ -80,6 +97,78 @@ def test_socks5_on_the_same_port_under_the_same_rules(backend, host_server, sett
     unlisted = backend.ensure(
         SandboxSpec(session_id="sesn_socks_no", workspace_id="wsp", network=NetworkPolicy("limited", ("example.com",)))
     )
-    refused = unlisted.run(socks.format(url=host_server)).output
-    assert "hello from the host" not in refused and "exit=0" not in refused
+    answer = unlisted.run(socks.format(url=host_server)).output
+    assert "hello from the host" not in answer and "exit=0" not in answer
     assert refusals() == before + 1
+
+
+def test_under_limited_a_client_hello_must_name_the_tunnels_host(backend, pki, serve, proxied):
+    port, received = serve(pki.server_chain)
+    before = refused("sni_mismatch")
+    box = backend.ensure(
+        SandboxSpec(session_id="sesn_sni", workspace_id="wsp", network=NetworkPolicy("limited", ("localhost",)))
+    )
+    ca_file = trust_test_ca(box, pki)
+    other = tls_with_server_name(box, "localhost", port, "other.example", ca_file)
+    assert other[0] == "HTTP/1.1 200 Connection established" and other[1].startswith("refused")
+    assert refused("sni_mismatch") == before + 1
+    assert tls_with_server_name(box, "localhost", port, "localhost", ca_file)[1] == "HTTP/1.1 200 OK"
+    assert len(received) == 1
+
+
+def test_under_limited_plain_http_must_name_its_host(backend, serve, proxied):
+    port, received = serve(None)
+    box = backend.ensure(
+        SandboxSpec(session_id="sesn_host", workspace_id="wsp", network=NetworkPolicy("limited", ("localhost",)))
+    )
+    url = f"http://localhost:{port}/"
+    for how in ("-p", ""):  # in a CONNECT tunnel, and as an absolute-form request
+        assert "HTTP/1.1 403 Forbidden" in box.run(f'curl -sS -i {how} -H "Host: other.example" {url}').output
+        assert box.run(f"curl -sS {how} {url}").output == "ok\n"
+    assert len(received) == 2
+
+
+def test_plain_requests_on_one_proxy_connection_each_go_to_the_host_they_name(backend, serve, proxied):
+    first_port, first = serve(None)
+    second_port, second = serve(None)
+    box = backend.ensure(SandboxSpec(session_id="sesn_routes", workspace_id="wsp"))
+    urls = f"http://127.0.0.1:{first_port}/one http://127.0.0.1:{second_port}/two http://127.0.0.1:{first_port}/three"
+    output = box.run(f"curl -sS -v {urls} 2>&1").output
+    assert "Re-using existing connection" in output  # one connection to the proxy carried all three
+    assert [request.path for request in first] == ["/one", "/three"]
+    assert [request.path for request in second] == ["/two"]
+
+
+UPGRADE_CLIENT = r"""
+import socket, sys
+proxy = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+authority = "127.0.0.1:" + sys.argv[1]
+upgrade = "Connection: Upgrade\r\nUpgrade: echo\r\n"
+proxy.sendall(f"GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\n{upgrade}\r\n".encode())
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    head += proxy.recv(1)
+print(head.split(b"\r\n")[0].decode())
+if head.startswith(b"HTTP/1.1 101"):
+    proxy.sendall(b"ping")
+    print(proxy.recv(4).decode())
+"""
+
+
+@pytest.fixture
+def upgrade_echo_port() -> Iterator[int]:
+    yield from upgrade_echo_site()
+
+
+def test_a_protocol_switch_is_carried_only_where_there_is_nothing_to_redact(
+    backend, tenant, upgrade_echo_port, settings
+):
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
+    plain = backend.ensure(SandboxSpec(session_id="sesn_upgrade", workspace_id="wsp"))
+    vault = vault_of(tenant)
+    credential(vault, networking={"type": "limited", "allowed_hosts": ["api.example.com"]})
+    with_secrets = session_sandbox(backend, tenant, [vault.id], "sesn_upgrade_secrets")
+    for box in (plain, with_secrets):
+        box.run(f"cat > upgrade.py <<'EOF'\n{UPGRADE_CLIENT}EOF")
+    assert plain.run(f"python3 upgrade.py {upgrade_echo_port}").output == "HTTP/1.1 101 Switching Protocols\nping\n"
+    assert with_secrets.run(f"python3 upgrade.py {upgrade_echo_port}").output == "HTTP/1.1 502 Bad Gateway\n"
