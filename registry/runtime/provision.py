@@ -95,6 +95,8 @@ class Provisioner:
         if catch_up:
             sandbox.catch_up()
         self._clone_into_workspace(sandbox, resources)
+        if catch_up:
+            sandbox.warm()  # while the model thinks
         return sandbox
 
     def _provision(self, resources: list[dict[str, Any]]) -> Provisioned:

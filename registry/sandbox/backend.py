@@ -288,6 +288,18 @@ class BwrapSandbox:
                 return CommandResult("The shell had exited; it was restarted for the next command.", None)
             return self._collect(shell, marker, (timeout_ms or self.limits.command_timeout_ms) / 1000)
 
+    def warm(self) -> None:
+        """Start the shell in the background, so the turn's first command finds it running (a new shell
+        costs tens of milliseconds: bubblewrap, the cgroup join, the network bridge). A command issued
+        meanwhile waits for it under the lock."""
+        if self.shell is None or self.shell.poll() is not None:
+            threading.Thread(target=self._warm, name="sandbox-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        with self.lock, contextlib.suppress(SandboxUnavailable):  # reported by the command that needs it
+            self.last_used = time.monotonic()
+            self._shell()
+
     def _shell(self) -> subprocess.Popen[bytes]:
         """The session's shell; a new one first starts the network bridge and waits for it to listen."""
         if self.shell is None or self.shell.poll() is not None:

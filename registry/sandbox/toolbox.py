@@ -1,8 +1,8 @@
 """The file tools (read, write, edit, glob, grep) and web_fetch, run *inside* a session's sandbox by
 its own python3.
 
-Not imported by the registry: its source is handed to `python3 -I` in the sandbox, a JSON request on
-stdin or as the first argument, a JSON answer `{"text", "is_error"}` on stdout or in a file. Running
+Not imported by the registry: its source is handed to `python3 -I` in the session's shell, a JSON
+request on stdin, a JSON answer `{"text", "is_error"}` in the request's `answer_file`. Running
 inside means every path resolves in the sandbox's own view (`..`, symlinks and absolute paths cannot
 reach the host), and what is read-only there (the system, mounted files) stays so. Standard library
 only.
@@ -114,19 +114,14 @@ OPERATIONS = {"read": read, "write": write, "edit": edit, "glob": glob, "grep": 
 
 
 def main():
-    """The request from argv (run in the session's shell) or stdin; the answer to `answer_file` or stdout."""
-    request = json.loads(sys.argv[1] if len(sys.argv) > 1 else sys.stdin.read())
+    """The request from stdin (run in the session's shell); the answer to its `answer_file`."""
+    request = json.loads(sys.stdin.read())
     try:
         text, is_error = OPERATIONS[request["tool"]](request["input"])
     except (OSError, UnicodeDecodeError, re.error, ValueError) as error:
         text, is_error = f"{type(error).__name__}: {error}", True
-    answer = json.dumps({"text": text, "is_error": is_error})
-    if request.get("answer_file"):
-        with open(request["answer_file"], "x", encoding="utf-8") as handle:
-            handle.write(answer)
-    else:
-        sys.stdout.write(answer)
-
+    with open(request["answer_file"], "x", encoding="utf-8") as handle:
+        handle.write(json.dumps({"text": text, "is_error": is_error}))
 
 if __name__ == "__main__":
     main()

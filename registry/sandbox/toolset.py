@@ -1,8 +1,9 @@
 """The built-in agent toolset (`agent_toolset_20260401`) run in a session's sandbox.
 
 `bash` runs in the sandbox's persistent shell; `read`, `write`, `edit`, `glob`, `grep` and
-`web_fetch` run the toolbox script inside the sandbox (so a fetch goes through the sandbox's egress
-proxy and the environment's network policy; HTML becomes markdown with `markdownify` here).
+`web_fetch` run the toolbox script in that shell too, as the sandbox's own python3 (so paths resolve in
+its view, and a fetch goes through its egress proxy and the environment's network policy; HTML becomes
+markdown with `markdownify` here).
 `web_search` asks the operator's SearXNG-compatible endpoint (`REGISTRY_WEB_SEARCH_URL`, a trusted
 URL from settings, never reachable from inside) and is offered only when that is set.
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,31 +188,36 @@ def _bash(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
 
 
 def _fetch(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
-    """GET from inside the sandbox's shell (its network namespace: the bridge, the proxy, the policy);
-    the page comes back through a file in the workspace, read without following links."""
-    answer_name = f".web_fetch-{secrets.token_hex(12)}.json"
-    request = {
-        "tool": "web_fetch",
-        "answer_file": f"{SANDBOX_HOME}/{answer_name}",
-        "input": {
-            "url": tool_input["url"],
-            "max_bytes": settings.REGISTRY_WEB_FETCH_MAX_BYTES,
-            "timeout": settings.REGISTRY_WEB_FETCH_TIMEOUT_MS / 1000,
-        },
+    """GET from inside the sandbox's shell (its network namespace: the bridge, the proxy, the policy)."""
+    fetch_input = {
+        "url": tool_input["url"],
+        "max_bytes": settings.REGISTRY_WEB_FETCH_MAX_BYTES,
+        "timeout": settings.REGISTRY_WEB_FETCH_TIMEOUT_MS / 1000,
     }
-    command = f"python3 -I - {shlex.quote(json.dumps(request))} <<'__TOOLBOX__'\n{TOOLBOX_SOURCE}\n__TOOLBOX__"
-    ran = sandbox.run(command, timeout_ms=settings.REGISTRY_WEB_FETCH_TIMEOUT_MS + 10_000)
-    try:
-        answer = json.loads(read_answer(sandbox, answer_name))
-    except (OSError, ValueError):
-        return ToolOutcome.text(f"web_fetch failed in the sandbox: {truncate(ran.output, 2000)}", is_error=True)
-    if answer["is_error"]:
-        return ToolOutcome.text(answer["text"], is_error=True)
-    page = json.loads(answer["text"])
+    answer = _in_shell(sandbox, "web_fetch", fetch_input, timeout_ms=settings.REGISTRY_WEB_FETCH_TIMEOUT_MS + 10_000)
+    if answer.is_error:
+        return answer
+    page = json.loads(answer.content[0]["text"])
     body = markdownify(page["body"]) if "html" in page["content_type"] else page["body"]
     note = " (cut at REGISTRY_WEB_FETCH_MAX_BYTES)" if page["truncated"] else ""
     text = f"{tool_input['url']} answered HTTP {page['status']} ({page['content_type']}){note}:\n\n{body.strip()}"
     return ToolOutcome.text(truncate(text, sandbox.limits.output_limit))
+
+
+def _in_shell(sandbox: BwrapSandbox, tool: str, tool_input: dict[str, Any], *, timeout_ms: int) -> ToolOutcome:
+    """Run a toolbox operation in the session's shell (no new sandbox process per call: a spawn costs a
+    cgroup join and a bubblewrap start), the request on stdin, the answer through a file of the
+    workspace read without following a link or waiting on a FIFO."""
+    answer_name = f".toolbox-{secrets.token_hex(12)}.json"
+    request = json.dumps({"tool": tool, "answer_file": f"{SANDBOX_HOME}/{answer_name}", "input": tool_input})
+    command = f"/usr/bin/python3 -I -c {shlex.quote(TOOLBOX_SOURCE)} <<'__REQUEST__'\n{request}\n__REQUEST__"
+    ran = sandbox.run(command, timeout_ms=timeout_ms)
+    try:
+        answer = json.loads(read_answer(sandbox, answer_name))
+    except (OSError, ValueError):
+        note = f" (timed out after {timeout_ms // 1000} s)" if ran.timed_out else ""
+        return ToolOutcome.text(f"{tool} failed in the sandbox{note}: {truncate(ran.output, 2000)}", is_error=True)
+    return ToolOutcome.text(answer["text"], is_error=bool(answer["is_error"]))
 
 
 def read_answer(sandbox: BwrapSandbox, name: str) -> str:
@@ -255,20 +260,7 @@ def truncate(text: str, limit: int) -> str:
 
 
 def _toolbox(sandbox: BwrapSandbox, name: str, tool_input: dict[str, Any]) -> ToolOutcome:
-    refused = sandbox.refusal()
-    if refused:
-        return ToolOutcome.text(refused, is_error=True)
-    process = sandbox.spawn("/usr/bin/python3", "-I", "-c", TOOLBOX_SOURCE)
-    request = json.dumps({"tool": name, "input": tool_input}).encode()
-    try:
-        output, _ = process.communicate(request, timeout=TOOLBOX_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        return ToolOutcome.text(f"{name} timed out after {TOOLBOX_TIMEOUT_SECONDS} s.", is_error=True)
-    try:
-        answer = json.loads(output)
-    except ValueError:
-        text = output.decode(errors="replace")[-2000:]
-        return ToolOutcome.text(f"{name} failed in the sandbox: {text}", is_error=True)
-    return ToolOutcome.text(truncate(answer["text"], sandbox.limits.output_limit), is_error=bool(answer["is_error"]))
+    outcome = _in_shell(sandbox, name, tool_input, timeout_ms=TOOLBOX_TIMEOUT_SECONDS * 1000)
+    return ToolOutcome.text(
+        truncate(outcome.content[0]["text"], sandbox.limits.output_limit), is_error=outcome.is_error
+    )
