@@ -29,6 +29,7 @@ def main() -> None:
     django.setup()
     from registry.sandbox.backend import BwrapBackend, Limits, SandboxSpec
     from registry.sandbox.disks import release_root
+    from registry.sandbox.toolset import run_tool
 
     backend = BwrapBackend(root, Limits(2048, 256, 10240, 30000, 120_000))
     cold, fresh_shell, warm = [], [], []
@@ -46,6 +47,12 @@ def main() -> None:
         started = time.perf_counter()
         box.run("true")
         warm.append((time.perf_counter() - started) * 1000)
+    box.run("echo hello > hello.txt")
+    reads = []
+    for _ in range(30):
+        started = time.perf_counter()
+        run_tool(box, "read", {"file_path": "hello.txt"})
+        reads.append((time.perf_counter() - started) * 1000)
 
     failures: list[str] = []
 
@@ -93,6 +100,7 @@ def main() -> None:
             f"{max(cold):.1f} |",
             f"| new shell + first `true` (`restart`, 30) | {statistics.median(fresh_shell):.1f} | "
             f"{max(fresh_shell):.1f} |",
+            f"| `read` tool call (30) | {statistics.median(reads):.1f} | {max(reads):.1f} |",
             f"| warm `bash` round trip `true` (300) | {statistics.median(warm):.2f} | "
             f"{statistics.quantiles(warm, n=100)[98]:.2f} |",
             "",
