@@ -70,7 +70,7 @@ SHELL_STARTUP = (
     f"for _ in $(seq 100); do (echo -n > /dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null && break; sleep 0.01; done; "
     "exec /bin/bash --noprofile --norc"
 )
-ARCHIVE = ("tar", "--create", "--gzip", "--file=-", "--directory", SANDBOX_HOME, "--one-file-system",
+ARCHIVE = ("tar", "--create", "--gzip", "--sparse", "--file=-", "--directory", SANDBOX_HOME, "--one-file-system",
            "--ignore-failed-read", "--warning=no-file-changed", "--warning=no-file-ignored", ".")  # fmt: skip
 TAR_FILES_CHANGED = 1  # GNU tar: some file changed while it was read (the archive is still whole)
 

@@ -123,5 +123,6 @@ def main():
     with open(request["answer_file"], "x", encoding="utf-8") as handle:
         handle.write(json.dumps({"text": text, "is_error": is_error}))
 
+
 if __name__ == "__main__":
     main()

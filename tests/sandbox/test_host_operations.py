@@ -186,3 +186,21 @@ def test_uids_are_allocated_uniquely_and_recycled_only_after_release(tmp_path):
     assert (tmp_path / "uids" / str(uids["sesn_7"])).exists()
     allocator.release(uids["sesn_7"], "sesn_7")
     assert not (tmp_path / "uids" / str(uids["sesn_7"])).exists()
+
+
+def test_what_the_sandbox_plants_never_stalls_a_snapshot(sandbox_for):
+    box = sandbox_for(f"sesn_snapshot_plants_{os.urandom(4).hex()}")
+    planted = box.run(
+        "mkfifo pipe; truncate -s 40M sparse.bin; (while true; do echo more >> growing.log; done) & "
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.bind(\"sock\")'; echo planted"
+    )
+    assert planted.output.strip().endswith("planted")
+    started = time.monotonic()
+    box.snapshot()
+    assert time.monotonic() - started < 30
+    with tempfile.TemporaryFile() as archive:
+        assert snapshots.fetch(box.spec.session_id, archive)
+        with tarfile.open(fileobj=archive, mode="r:gz") as tar:
+            names = {member.name.removeprefix("./"): member for member in tar.getmembers()}
+    assert names["sparse.bin"].size == 40 * 1024 * 1024 and "growing.log" in names
+    assert names["pipe"].isfifo() and "sock" not in names  # a FIFO is recorded, never read; sockets are left out
