@@ -35,9 +35,11 @@ nginx:
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx-light)
 
 # Sandboxes prefer Debian's bubblewrap (the wheel's copy works too, but its path under .venv is what a
-# sandbox then reads from /proc/1/exe); installed when missing.
+# sandbox then reads from /proc/1/exe); the seccomp tests read the kernel's syscall numbers from
+# linux-libc-dev and attach strace. Installed when missing.
 bubblewrap:
-	command -v bwrap >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap)
+	command -v bwrap >/dev/null && command -v strace >/dev/null && test -f /usr/include/asm-generic/unistd.h || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y bubblewrap strace linux-libc-dev)
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
