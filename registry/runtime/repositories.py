@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -20,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from registry.core.secrets import unseal
 from registry.gitcreds.models import GitCredential
 from registry.gitcreds.selectors import git_credential_for_url
 from registry.gitcreds.services import DEFAULT_USERNAME, token_of
+from registry.sandbox.disks import locked
 from registry.sandbox.fsops import chown_tree, exists_beneath, place_tree
 
 CLONE_ERROR = "repository_clone_error"
@@ -93,7 +92,7 @@ def materialize(
     cache = cache_root / hashlib.sha256(git.url.encode()).hexdigest()[:32]
     cache.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        with _locked(cache / "lock"):
+        with locked(cache / "lock"):
             branch, commit = _resolve(git, _bare(git, cache), resource.get("checkout"))
             tree = _tree(git, cache, commit)
         _hand_over(git, tree, place, branch=branch, owner_uid=owner_uid)
@@ -174,14 +173,6 @@ class Git:
             detail = detail.replace(secret, "[redacted]")
         detail = detail.replace(self.url, self.public_url)
         return RepositoryError(error_type, f"{LEADS[error_type].format(url=self.public_url)} (git: {detail.strip()})")
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock across threads and processes (flock locks each open file on its own)."""
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def _bare(git: Git, cache: Path) -> Path:

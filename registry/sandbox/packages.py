@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -37,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from registry.sandbox.backend import SHELL_PATH, BwrapBackend, Mount, SandboxSpec
+from registry.sandbox.disks import locked
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.fsops import chown_tree
 
@@ -192,8 +192,7 @@ def _locked(directory: Path) -> Iterator[None]:
     for folder in (directory.parent, directory):  # traversable by every session's uid, listable by none
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o711)
-    with open(directory / "lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with locked(directory / "lock"):
         yield
 
 
