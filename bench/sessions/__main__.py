@@ -108,13 +108,13 @@ async def stream_reader(
 def emit_events(session_id: str, count: int, interval: float, commits: dict[int, float]) -> None:
     from django.db import connection
 
-    from registry.sessions.services import event_emit
+    from registry.sessions import log
 
     for _ in range(count):
-        event = event_emit(
+        event = log.emit(
             session_id=session_id, type="agent.message", body={"content": [{"type": "text", "text": "x"}]}
         )
-        commits[int(event.seq or 0)] = time.perf_counter()  # event_emit returns after its commit
+        commits[int(event.seq or 0)] = time.perf_counter()  # log.emit returns after its commit
         time.sleep(interval)
     connection.close()
 

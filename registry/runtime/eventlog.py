@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from registry.sessions import selectors
 from registry.sessions.models import SessionEvent
 
 
@@ -21,8 +22,8 @@ class VisibleLogs:
         """The session's visible log as the database has it now (a new list; the events are shared)."""
         with self._lock:
             known = self._logs.pop(session_id, [])
-        after = known[-1].seq if known else 0
-        log = known + list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after).order_by("seq"))
+        after = (known[-1].seq or 0) if known else 0
+        log = known + selectors.visible_events_after(session_id, after)
         with self._lock:
             self._logs[session_id] = log
             while len(self._logs) > self.sessions:

@@ -32,8 +32,8 @@ from registry.core.errors import ApiError
 from registry.memory import services as memory_services
 from registry.memory.models import Memory, MemoryStore
 from registry.memory.serializers import MAX_CONTENT_BYTES, path_problem
-from registry.sandbox.backend import Mount
 from registry.sandbox.fsops import DIRECTORY_FLAGS, directory_beneath, remove_beneath
+from registry.sandbox.spec import Mount
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 from registry.files.models import File
 from registry.files.selectors import file_content
-from registry.sandbox.backend import Mount
+from registry.sandbox.spec import Mount
 
 
 def file_mounts(*, workspace_id: str, resources: list[dict[str, Any]], staging: Path) -> tuple[Mount, ...]:

@@ -23,17 +23,11 @@ from registry.runtime.memory_mounts import MemoryMount, SyncReport, memory_promp
 from registry.runtime.mounts import file_mounts
 from registry.runtime.secrets import session_injections
 from registry.runtime.skill_mounts import SkillsUnavailable, agent_skills, skills_prompt
-from registry.sandbox.backend import (
-    SANDBOX_HOME,
-    BwrapBackend,
-    BwrapSandbox,
-    Mount,
-    Place,
-    SandboxSpec,
-    SandboxUnavailable,
-)
 from registry.sandbox.egress import NetworkPolicy
+from registry.sandbox.interface import Sandbox, SandboxBackend, SessionPlace
+from registry.sandbox.launch import SANDBOX_HOME
 from registry.sandbox.packages import PackageBuildFailed, ensure_layer
+from registry.sandbox.spec import Mount, SandboxSpec, SandboxUnavailable
 
 ReportError = Callable[[str, str], None]  # (error type, message) -> a session.error event
 
@@ -69,7 +63,7 @@ class Provisioned:
 
 
 class Provisioner:
-    def __init__(self, setup: SessionSetup, backend: BwrapBackend, report: ReportError) -> None:
+    def __init__(self, setup: SessionSetup, backend: SandboxBackend, report: ReportError) -> None:
         self.setup = setup
         self.backend = backend
         self.report = report
@@ -86,7 +80,7 @@ class Provisioner:
         return {"workspace_id": self.setup.workspace_id, "agent": self.setup.agent, "root": self.backend.shared}
 
     # -- the sandbox ---------------------------------------------------------------------------
-    def sandbox(self, resources: list[dict[str, Any]], *, catch_up: bool = False) -> BwrapSandbox:
+    def sandbox(self, resources: list[dict[str, Any]], *, catch_up: bool = False) -> Sandbox:
         """The session's sandbox with these resources mounted (rebuilt when they changed); `catch_up` (at a
         turn's start) first replaces a local workspace older than the session's latest snapshot."""
         if self.current is None or self.current.resources != resources:
@@ -151,7 +145,7 @@ class Provisioner:
         return Provisioned(spec, resources, memory)
 
     # -- repositories ------------------------------------------------------------------------------
-    def _repository_mounts(self, resources: list[dict[str, Any]], place: Place) -> list[Mount]:
+    def _repository_mounts(self, resources: list[dict[str, Any]], place: SessionPlace) -> list[Mount]:
         """Repositories mounted outside the workspace: cloned into a folder of the session's disk, bound
         read-write."""
         mounts = []
@@ -161,7 +155,7 @@ class Provisioner:
                 mounts.append(Mount(placement.root / placement.relative, resource["mount_path"], read_only=False))
         return mounts
 
-    def _clone_into_workspace(self, sandbox: BwrapSandbox, resources: list[dict[str, Any]]) -> None:
+    def _clone_into_workspace(self, sandbox: Sandbox, resources: list[dict[str, Any]]) -> None:
         """Repositories under the workspace live in it (and its snapshots); cloned once, when absent."""
         assert self.current is not None
         for resource in _repositories(resources, inside_workspace=True):
@@ -169,8 +163,8 @@ class Provisioner:
                 continue
             self.current.cloned.add(resource["id"])
             relative = resource["mount_path"][len(SANDBOX_HOME) + 1 :]
-            placement = repositories.Placement(sandbox.workspace, relative, sandbox.disk.staging)
-            self._materialize(resource, placement, sandbox.uid)
+            placement = repositories.Placement(sandbox.place.disk.workspace, relative, sandbox.place.disk.staging)
+            self._materialize(resource, placement, sandbox.place.uid)
 
     def _materialize(self, resource: dict[str, Any], placement: repositories.Placement, owner_uid: int) -> bool:
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.core.storage import upload_storage
-from registry.sandbox.backend import Mount
+from registry.sandbox.spec import Mount
 from registry.skills.models import Skill, SkillVersion
 from registry.skills.selectors import LATEST
 

@@ -12,8 +12,8 @@ one of them resumes each from the log at once. A turn stuck where there is no ch
 a model's first byte, a package build) is let go after `REGISTRY_RUNTIME_DRAIN_SECONDS`: its lease
 released the same way, its thread abandoned (`runsessions` then exits without waiting for it; its
 writes are fenced out). A second signal stops the process immediately. Turns, tool calls, sandboxes
-and leases are counted for Prometheus (`MeteredRunner`, `MeteredBackend`), the harness stays free of
-metrics.
+and leases are counted for Prometheus (`MeteredObserver`, the backend's `on_create`); the turn loop
+stays free of metrics.
 """
 
 from __future__ import annotations
@@ -34,24 +34,21 @@ from django.db import close_old_connections, connection, transaction
 from prometheus_client import Counter, Gauge, Histogram
 
 from registry.core.observability import DatabaseGauge, HealthServer, database_reachable, log_ids
+from registry.runtime.checkpoints import WorkerStopping
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.eventlog import VisibleLogs
-from registry.runtime.harness import SessionRunner, WorkerStopping, fail_turn
 from registry.runtime.identity import ModelCallIdentity
-from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost, claim_batch
+from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost
 from registry.runtime.model import ModelClient
+from registry.runtime.observer import TurnObserver
+from registry.runtime.turns import SessionRunner
 from registry.runtime.wakeups import NotificationListener, can_listen
-from registry.sandbox.backend import (
-    BwrapBackend,
-    BwrapSandbox,
-    SandboxSpec,
-    SandboxUnavailable,
-    bwrap_path,
-    make_backend,
-)
-from registry.sessions import notify
-from registry.sessions.models import Session, SessionEvent
-from registry.sessions.services import sessions_with_work
+from registry.runtime.writer import fail_turn
+from registry.sandbox.backend import make_backend
+from registry.sandbox.interface import SandboxBackend
+from registry.sandbox.spec import SandboxUnavailable
+from registry.sessions import log, notify, selectors
+from registry.sessions.models import Session
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +61,7 @@ HEALTH_PORT = 9100
 QUEUE_DEPTH = DatabaseGauge(
     "registry_runtime_queue_depth",
     "Sessions with work that no worker holds, counted when scraped (the same for every worker).",
-    lambda: Session.objects.filter(sessions_with_work()).count(),
+    selectors.sessions_with_work_count,
 )
 LEASES_HELD = Gauge("registry_runtime_leases_held", "Sessions this worker holds a lease on.")
 LEASE_LOSSES = Counter(
@@ -92,61 +89,23 @@ TOOL_USE_KINDS = {"agent.tool_use": "builtin", "agent.mcp_tool_use": "mcp", "age
 TOOL_RESULT_KINDS = {"agent.tool_result": "builtin", "agent.mcp_tool_result": "mcp"}
 
 
-def count_tool_event(event_type: str, body: dict[str, Any]) -> None:
-    if event_type in TOOL_USE_KINDS:
-        TOOL_CALLS.labels(TOOL_USE_KINDS[event_type]).inc()
-    elif event_type in TOOL_RESULT_KINDS and body.get("is_error"):
-        TOOL_ERRORS.labels(TOOL_RESULT_KINDS[event_type]).inc()
+class MeteredObserver(TurnObserver):
+    """Counts this worker's turns (outcome, duration) and the tool calls and errors they write."""
 
-
-def turn_outcome(error: BaseException) -> str:
-    if isinstance(error, WorkerStopping):
-        return "left"
-    return "lease_lost" if isinstance(error, LeaseLost) else "failed"
-
-
-class MeteredRunner(SessionRunner):
-    """A `SessionRunner` whose turns (outcome, duration) and tool calls are counted."""
-
-    stop_reason = "none"
-
-    def _run_turn(self) -> None:
+    def turn_started(self) -> None:
         TURNS_STARTED.inc()
-        started = time.monotonic()
-        outcome = "failed"
-        try:
-            super()._run_turn()
-            outcome = self.stop_reason
-        except BaseException as error:
-            outcome = turn_outcome(error)
-            raise
-        finally:
-            TURNS_FINISHED.labels(outcome).inc()
-            TURN_SECONDS.observe(time.monotonic() - started)
 
-    def _set_status(self, status: str, stop_reason: dict[str, Any] | None = None) -> None:
-        super()._set_status(status, stop_reason)
-        if stop_reason is not None:
-            self.stop_reason = str(stop_reason["type"])
+    def turn_ended(self, outcome: str, seconds: float) -> None:
+        TURNS_FINISHED.labels(outcome).inc()
+        TURN_SECONDS.observe(seconds)
 
-    def _emit(
-        self, event_type: str, body: dict[str, Any], event_id: str | None = None, *, flush: bool = True
-    ) -> SessionEvent:
-        event = super()._emit(event_type, body, event_id, flush=flush)
-        if event_type in TOOL_USE_KINDS or event_type in TOOL_RESULT_KINDS:
-            transaction.on_commit(lambda: count_tool_event(event_type, body))  # not for a rolled-back write
-        return event
-
-
-class MeteredBackend(BwrapBackend):
-    """The bubblewrap backend, counting the sandboxes it prepares."""
-
-    def ensure(self, spec: SandboxSpec) -> BwrapSandbox:
-        fresh = spec.session_id not in self.sandboxes
-        sandbox = super().ensure(spec)
-        if fresh:
-            SANDBOX_STARTS.inc()
-        return sandbox
+    def event_written(self, event_type: str, body: dict[str, Any]) -> None:
+        if event_type in TOOL_USE_KINDS:
+            kind = TOOL_USE_KINDS[event_type]
+            transaction.on_commit(lambda: TOOL_CALLS.labels(kind).inc())  # not for a rolled-back write
+        elif event_type in TOOL_RESULT_KINDS and body.get("is_error"):
+            kind = TOOL_RESULT_KINDS[event_type]
+            transaction.on_commit(lambda: TOOL_ERRORS.labels(kind).inc())
 
 
 class WakeupListener(NotificationListener):
@@ -174,6 +133,7 @@ class Worker:
         self.keeper = LeaseKeeper(owner=self.owner, seconds=config.lease_seconds)
         self.sandboxes = sandbox_backend()
         self.logs = VisibleLogs(sessions=config.concurrency)
+        self.observer = MeteredObserver()
         self.runners: dict[str, SessionRunner] = {}
         # Sessions with a sandbox here that a notification named while no turn ran: maybe terminated.
         self.ended: set[str] = set()
@@ -199,7 +159,7 @@ class Worker:
         if runner is not None:
             runner.attention.set()
         else:
-            if session_id and self.sandboxes is not None and session_id in self.sandboxes.sandboxes:
+            if session_id and self.sandboxes is not None and self.sandboxes.holds(session_id):
                 self.ended.add(session_id)  # archived or deleted while idle? the dispatcher checks
             self.wake.set()
 
@@ -258,6 +218,8 @@ class Worker:
                 listener.stop()
             self.keeper.stop()
             self.model.close()
+            if self.sandboxes is not None:
+                self.sandboxes.close()
             if health:
                 health.stop()
             close_old_connections()
@@ -290,7 +252,7 @@ class Worker:
 
     def _destroy_if_ended(self, session_id: str) -> None:
         try:
-            status = Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
+            status = selectors.session_status(session_id)
         except Exception as error:  # the database is away: the next notification or the idle stop covers it
             logger.warning("checking session %s failed: %s", session_id, error)
             return
@@ -306,7 +268,7 @@ class Worker:
             return []
         try:
             close_old_connections()
-            return claim_batch(owner=self.owner, seconds=self.config.lease_seconds, limit=limit)
+            return log.claim(owner=self.owner, seconds=self.config.lease_seconds, limit=limit)
         except Exception as error:  # the database is away: try again on the next wake-up or poll
             logger.warning("claiming sessions failed: %s", error)
             connection.close()
@@ -314,7 +276,7 @@ class Worker:
 
     def _start(self, pool: ThreadPoolExecutor, claim: Claim) -> None:
         lease = self.keeper.hold(claim)
-        runner = MeteredRunner(
+        runner = SessionRunner(
             lease=lease,
             model=self.model,
             identity=self.identity,
@@ -322,6 +284,7 @@ class Worker:
             stopping=self.stopping,
             sandboxes=self.sandboxes,
             logs=self.logs,
+            observer=self.observer,
         )
         with self.runners_lock:
             self.runners[lease.session_id] = runner
@@ -374,15 +337,17 @@ class Worker:
         notify.wake_runtime(lease.session_id)
 
 
-def sandbox_backend() -> BwrapBackend | None:
-    """The configured sandbox backend (counting its sandboxes), or None (with one log line) when it is
-    off or cannot start."""
+def sandbox_backend() -> SandboxBackend | None:
+    """The configured sandbox backend (counting the sandboxes it makes), or None (with one log line) when
+    it is off or cannot start."""
+    problem: str | None
     try:
-        backend = make_backend()
-        if backend is None:
-            return None
-        bwrap_path()
-        return MeteredBackend(backend.root, backend.limits)
+        backend = make_backend(on_create=SANDBOX_STARTS.inc)
     except SandboxUnavailable as error:
-        logger.warning("no session sandboxes: %s; built-in tools are not offered", error)
+        backend, problem = None, str(error)
+    else:
+        problem = backend.health() if backend is not None else None
+    if problem is not None:
+        logger.warning("no session sandboxes: %s; built-in tools are not offered", problem)
         return None
+    return backend

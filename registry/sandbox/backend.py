@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -41,6 +42,7 @@ from registry.sandbox.disks import (
     private_directory,
 )
 from registry.sandbox.egress import BRIDGE_SOURCE, PROXY_PORT, EgressProxy, chown_socket
+from registry.sandbox.fsops import read_regular_file, remove_beneath
 from registry.sandbox.interception import Interception, SecretInjection, interception_for
 from registry.sandbox.launch import SANDBOX_HOME, SHELL_PATH, Confinement, View, bwrap_path, start
 from registry.sandbox.spec import CommandResult, Limits, Mount, SandboxSpec, SandboxUnavailable
@@ -125,6 +127,10 @@ class Place:
         self.uid = host.uids.uid_for(self.home, session_id)
         self.disk = SessionDisk(self.home, size_mb=limits.workspace_mb, use_image=host.uses_images, templates=host.root)
         self.needs_restore = self.disk.open(self.uid)
+
+
+# Names in a folder, NUL-separated (a name may hold a newline).
+LIST_SOURCE = "import os, sys; sys.stdout.write(chr(0).join(os.listdir(sys.argv[1])))"
 
 
 class BwrapSandbox:
@@ -227,6 +233,28 @@ class BwrapSandbox:
         finally:
             if process.stdout is not None:
                 process.stdout.close()
+
+    # -- the workspace's files -----------------------------------------------------------------
+    def read_file(self, path: str, *, limit: int) -> bytes:
+        """Read by the host without following a link or waiting on a FIFO: a regular file only."""
+        return read_regular_file(self.workspace, path, limit=limit)
+
+    def remove_file(self, path: str) -> None:
+        remove_beneath(self.workspace, path)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Written inside a helper sandbox as the session's uid (the host never opens a path it controls)."""
+        with tempfile.TemporaryFile() as content:
+            content.write(data)
+            content.seek(0)
+            self._helper(["/bin/sh", "-c", 'cat > "$1"', "write", f"{SANDBOX_HOME}/{path}"], stdin=content)
+
+    def list_files(self, path: str = "") -> list[str]:
+        """Listed inside a helper sandbox as the session's uid."""
+        folder = f"{SANDBOX_HOME}/{path}".rstrip("/")
+        with tempfile.TemporaryFile() as nothing:
+            output = self._helper(["/usr/bin/python3", "-I", "-c", LIST_SOURCE, folder], stdin=nothing)
+        return sorted(line for line in output.split("\0") if line)
 
     # -- the workspace cap ---------------------------------------------------------------------
     def over_quota(self) -> str | None:
@@ -429,9 +457,10 @@ def _read_some(fd: int, timeout: float) -> str | None:
 class BwrapBackend:
     """Creates and keeps the sandboxes of this worker, one per session; idle ones are stopped."""
 
-    def __init__(self, root: Path, limits: Limits) -> None:
+    def __init__(self, root: Path, limits: Limits, *, on_create: Callable[[], None] | None = None) -> None:
         self.root = root
         self.limits = limits
+        self.on_create = on_create  # told of each sandbox made for a session (a metric)
         self.sandboxes: dict[str, BwrapSandbox] = {}
         self.places: dict[str, Place] = {}
         self.lock = threading.Lock()
@@ -475,6 +504,8 @@ class BwrapBackend:
             sandbox = self.sandboxes.get(spec.session_id)
             if sandbox is None:
                 sandbox = self.sandboxes[spec.session_id] = self._new_sandbox(spec, self.limits, place)
+                if self.on_create is not None:
+                    self.on_create()
         if sandbox.spec != spec:
             with sandbox.lock:
                 sandbox.stop()
@@ -490,6 +521,25 @@ class BwrapBackend:
             return BwrapSandbox(spec, self.host, limits, place)
         except OSError as error:
             raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
+
+    def holds(self, session_id: str) -> bool:
+        return session_id in self.sandboxes
+
+    def health(self) -> str | None:
+        """Why no sandbox can start here (no usable bubblewrap), or None; the root is set up by the first
+        session that needs it, which reports a root that cannot be."""
+        try:
+            bwrap_path()
+        except SandboxUnavailable as problem:
+            return str(problem)
+        return None
+
+    def close(self) -> None:
+        with self.lock:
+            running = list(self.sandboxes.values())
+        for sandbox in running:
+            with sandbox.lock:
+                sandbox.stop()
 
     def stop_idle(self, idle_seconds: float) -> None:
         """Stop the shells (and background processes) of sandboxes unused this long; files stay."""
@@ -541,10 +591,10 @@ def check_traversable(root: Path) -> None:
             )
 
 
-def make_backend() -> BwrapBackend | None:
+def make_backend(*, on_create: Callable[[], None] | None = None) -> BwrapBackend | None:
     """The configured backend (`REGISTRY_SANDBOX_BACKEND=bwrap|none`); None when there is none."""
     if settings.REGISTRY_SANDBOX_BACKEND != "bwrap":
         return None
     root = Path(settings.REGISTRY_SANDBOX_ROOT)
     check_traversable(root)
-    return BwrapBackend(root, Limits.from_settings())
+    return BwrapBackend(root, Limits.from_settings(), on_create=on_create)

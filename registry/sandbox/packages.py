@@ -2,7 +2,7 @@
 sandbox of its own, under the environment's network policy, then bound read-only at `/opt/packages`
 into every sandbox of that environment.
 
-The build sandbox is an ordinary `BwrapSandbox` (its own uid, egress proxy and scratch workspace, which
+The build sandbox is an ordinary session sandbox (its own uid, egress proxy and scratch workspace, which
 is its HOME for installer caches and is removed afterwards) whose other writable mount is the layer;
 once it is gone, the layer is handed to root.
 Inside, `BUILD_SOURCE` runs each installer with an argument list (never a shell): pip with `--target`,
@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from registry.sandbox.backend import SHELL_PATH, BwrapBackend, Mount, SandboxSpec
 from registry.sandbox.disks import locked
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.fsops import chown_tree
+from registry.sandbox.interface import SandboxBackend
+from registry.sandbox.launch import SHELL_PATH
+from registry.sandbox.spec import Mount, SandboxSpec
 
 LAYER_INSIDE = "/opt/packages"
 BUILD_INSIDE = "/opt/build"
@@ -168,7 +170,7 @@ def missing_tools(wanted: dict[str, list[str]], search_path: str = SHELL_PATH) -
 
 
 def ensure_layer(
-    backend: BwrapBackend, *, environment_id: str, packages: dict[str, Any], network: NetworkPolicy
+    backend: SandboxBackend, *, environment_id: str, packages: dict[str, Any], network: NetworkPolicy
 ) -> PackageLayer | None:
     """The environment's layer, built here first if no worker has finished it; None without packages."""
     wanted = wanted_packages(packages)
@@ -196,7 +198,7 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
 
 
-def _build(backend: BwrapBackend, directory: Path, wanted: dict[str, list[str]], network: NetworkPolicy) -> None:
+def _build(backend: SandboxBackend, directory: Path, wanted: dict[str, list[str]], network: NetworkPolicy) -> None:
     missing = missing_tools(wanted)
     if missing:
         managers = ", ".join(manager for manager in wanted if set(TOOLS[manager]) & set(missing))
@@ -214,7 +216,7 @@ def _build(backend: BwrapBackend, directory: Path, wanted: dict[str, list[str]],
     limits = dataclasses.replace(backend.limits, output_limit=BUILD_OUTPUT_LIMIT, command_timeout_ms=BUILD_TIMEOUT_MS)
     sandbox = backend.transient(spec, limits)
     try:
-        os.chown(directory / "layer", sandbox.uid, sandbox.uid)
+        os.chown(directory / "layer", sandbox.place.uid, sandbox.place.uid)
         result = sandbox.run(f"python3 -I {BUILD_INSIDE}/build.py")
     finally:
         sandbox.destroy()

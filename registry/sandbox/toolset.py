@@ -26,8 +26,8 @@ import jsonschema
 from django.conf import settings
 from markdownify import markdownify
 
-from registry.sandbox.backend import SANDBOX_HOME, BwrapSandbox
-from registry.sandbox.fsops import read_regular_file, remove_beneath
+from registry.sandbox.interface import Sandbox
+from registry.sandbox.launch import SANDBOX_HOME
 
 TOOLBOX_SOURCE = (Path(__file__).with_name("toolbox.py")).read_text()
 TOOLBOX_TIMEOUT_SECONDS = 60
@@ -149,7 +149,7 @@ def model_definition(name: str) -> dict[str, Any]:
     return {"name": name, **DEFINITIONS[name]}
 
 
-def run_tool(sandbox: BwrapSandbox, name: str, tool_input: Any) -> ToolOutcome:
+def run_tool(sandbox: Sandbox, name: str, tool_input: Any) -> ToolOutcome:
     """Run one built-in tool call; every failure of the call is a result the model can read. A sandbox
     that cannot start raises `SandboxUnavailable` (the runtime reports it and ends the turn)."""
     try:
@@ -165,7 +165,7 @@ def run_tool(sandbox: BwrapSandbox, name: str, tool_input: Any) -> ToolOutcome:
     return _toolbox(sandbox, name, tool_input)
 
 
-def _bash(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
+def _bash(sandbox: Sandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     command = tool_input.get("command")
     if not command:
         if tool_input.get("restart"):
@@ -187,7 +187,7 @@ def _bash(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     )
 
 
-def _fetch(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
+def _fetch(sandbox: Sandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     """GET from inside the sandbox's shell (its network namespace: the bridge, the proxy, the policy)."""
     fetch_input = {
         "url": tool_input["url"],
@@ -204,7 +204,7 @@ def _fetch(sandbox: BwrapSandbox, tool_input: dict[str, Any]) -> ToolOutcome:
     return ToolOutcome.text(truncate(text, sandbox.limits.output_limit))
 
 
-def _in_shell(sandbox: BwrapSandbox, tool: str, tool_input: dict[str, Any], *, timeout_ms: int) -> ToolOutcome:
+def _in_shell(sandbox: Sandbox, tool: str, tool_input: dict[str, Any], *, timeout_ms: int) -> ToolOutcome:
     """Run a toolbox operation in the session's shell (no new sandbox process per call: a spawn costs a
     cgroup join and a bubblewrap start), the request on stdin, the answer through a file of the
     workspace read without following a link or waiting on a FIFO."""
@@ -220,13 +220,13 @@ def _in_shell(sandbox: BwrapSandbox, tool: str, tool_input: dict[str, Any], *, t
     return ToolOutcome.text(answer["text"], is_error=bool(answer["is_error"]))
 
 
-def read_answer(sandbox: BwrapSandbox, name: str) -> str:
+def read_answer(sandbox: Sandbox, name: str) -> str:
     """A file the sandbox wrote, read by the host without following a link or waiting on a FIFO (a regular
     file only, at most four times the fetch limit), then removed."""
     try:
-        data = read_regular_file(sandbox.workspace, name, limit=4 * settings.REGISTRY_WEB_FETCH_MAX_BYTES + 65536)
+        data = sandbox.read_file(name, limit=4 * settings.REGISTRY_WEB_FETCH_MAX_BYTES + 65536)
     finally:
-        remove_beneath(sandbox.workspace, name)
+        sandbox.remove_file(name)
     return data.decode("utf-8", "replace")
 
 
@@ -259,7 +259,7 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[: limit // 2]}\n\n[... {len(text) - limit} characters truncated ...]\n\n{text[-limit // 2 :]}"
 
 
-def _toolbox(sandbox: BwrapSandbox, name: str, tool_input: dict[str, Any]) -> ToolOutcome:
+def _toolbox(sandbox: Sandbox, name: str, tool_input: dict[str, Any]) -> ToolOutcome:
     outcome = _in_shell(sandbox, name, tool_input, timeout_ms=TOOLBOX_TIMEOUT_SECONDS * 1000)
     return ToolOutcome.text(
         truncate(outcome.content[0]["text"], sandbox.limits.output_limit), is_error=outcome.is_error

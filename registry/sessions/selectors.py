@@ -8,7 +8,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from registry.core.errors import not_found
-from registry.sessions.events import PORTABLE_TYPES, PUBLIC_TYPES
+from registry.sessions import log
+from registry.sessions.events import NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES
 from registry.sessions.models import Session, SessionEvent
 
 PUBLIC_RESOURCE_FIELDS = ("sealed_authorization_token",)
@@ -57,3 +58,66 @@ def session_in_workspace(*, workspace_id: str, session_id: str) -> Session:
     if session is None:
         raise not_found(f"No session {session_id} in workspace {workspace_id}.")
     return session
+
+
+# -- what the runtime reads of a session it holds --------------------------------------------------
+def session_to_run(session_id: str) -> Session:
+    """The session with its environment, as a turn starts."""
+    return Session.objects.select_related("environment").get(pk=session_id)
+
+
+def pending_events(session_id: str, *, types: tuple[str, ...] | None = None) -> list[SessionEvent]:
+    """User events not yet acknowledged, in append order (only `types`, when given)."""
+    pending = SessionEvent.objects.filter(session_id=session_id, seq__isnull=True)
+    if types is not None:
+        pending = pending.filter(type__in=types)
+    return list(pending.order_by("created_at", "id"))
+
+
+def visible_events_after(session_id: str, after_seq: int) -> list[SessionEvent]:
+    """Every visible event after `after_seq`, in `seq` order."""
+    return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq"))
+
+
+def latest_user_traceparent(session_id: str, field: str) -> str | None:
+    """The trace context stored in `field` of the latest acknowledged user event, if any."""
+    traced = (
+        SessionEvent.objects.filter(session_id=session_id, seq__isnull=False, type__startswith="user.")
+        .order_by("-seq")
+        .values_list(f"body__{field}", flat=True)
+        .first()
+    )
+    return traced if isinstance(traced, str) else None
+
+
+def session_resources(session_id: str) -> list[dict[str, Any]] | None:
+    """The session's resources as stored now (None once it is gone)."""
+    return Session.objects.filter(pk=session_id).values_list("resources", flat=True).first()
+
+
+def session_is_live(session_id: str) -> bool:
+    """The session exists and is not terminated."""
+    return Session.objects.filter(pk=session_id).exclude(status=Session.Status.TERMINATED).exists()
+
+
+def session_status(session_id: str) -> str | None:
+    return Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
+
+
+def error_reported(session_id: str, kind: str) -> bool:
+    """The session's log holds a `session.error` of this kind."""
+    return SessionEvent.objects.filter(session_id=session_id, type="session.error", body__error__type=kind).exists()
+
+
+def outcome_evaluations(session_id: str) -> list[dict[str, Any]]:
+    return list(Session.objects.values_list("outcome_evaluations", flat=True).get(pk=session_id))
+
+
+def sent_natively(event: SessionEvent) -> bool:
+    """The user event was sent through the native beta surface (its errors then use its kinds)."""
+    return bool(event.body.get(NATIVE_BETA_FIELD))
+
+
+def sessions_with_work_count() -> int:
+    """Sessions with work that no worker holds."""
+    return Session.objects.filter(log.with_work()).count()

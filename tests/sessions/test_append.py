@@ -9,16 +9,15 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from registry.runtime.wakeups import listen_parameters
-from registry.sessions import notify, services
+from registry.sessions import log, notify
 from registry.sessions.events import SendEventsSerializer, validated_events
 from registry.sessions.models import Session, SessionEvent
 from registry.sessions.services import UNCONDITIONAL_KINDS
-from tests.conftest import Tenant
+from tests.support.tenants import Tenant
 
 TEXT = [{"type": "text", "text": "hello"}]
 MESSAGE = {"type": "user.message", "content": TEXT}
@@ -93,7 +92,7 @@ def test_lean_and_checked_appends_refuse_alike(api: APIClient, other_tenant: Ten
     """A terminated session, another workspace's or an unknown one: the same envelopes either way."""
     assert MESSAGE["type"] in UNCONDITIONAL_KINDS and CONDITIONAL["type"] not in UNCONDITIONAL_KINDS
     terminated, live = session_ids
-    services.session_transition(session_id=terminated, status=Session.Status.TERMINATED)
+    log.transition(session_id=terminated, status=Session.Status.TERMINATED)
     for target, client in ((terminated, api), (live, other_tenant.client), ("sesn_unknown", api)):
         lean, checked = send(client, target, MESSAGE), send(client, target, CONDITIONAL)
         assert lean.status_code in (400, 404)
@@ -114,13 +113,6 @@ def test_lean_append_stores_what_the_checked_one_stores(api: APIClient, session_
     assert stored[2].body["outcome_id"].startswith("outc_") and stored[2].body["max_iterations"] == 3
     assert Session.objects.get(pk=session_ids[0]).has_pending_events
     assert not Session.objects.get(pk=session_ids[1]).has_pending_events
-
-
-def test_lean_append_is_one_statement(api: APIClient, session_ids: list[str]) -> None:
-    with CaptureQueriesContext(connection) as queries:
-        services.events_append(session_id=session_ids[0], events=[MESSAGE, MESSAGE])
-    assert len(queries) == 1
-    assert SessionEvent.objects.filter(session_id=session_ids[0]).count() == 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,125 @@
+"""Where a turn looks up from its work: between stream chunks, steps and tool calls it stops for a
+worker shutdown, a lost lease, an archived session or a `user.interrupt`; blocking calls (MCP, the
+grader, a tool in the sandbox) run in a thread and are abandoned at such a stop."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import connection
+
+from registry.runtime.lease import Lease, LeaseLost
+from registry.runtime.writer import TurnLog
+from registry.sessions import selectors
+from registry.sessions.models import SessionEvent
+
+Result = TypeVar("Result")
+UNAPPLIED_INTERRUPT = "user.interrupt is not applied on code_harness: the turn in flight runs to completion."
+# How often a blocking call looks at its session while it waits.
+WAIT_SLICE_SECONDS = 0.05
+
+
+class TurnInterrupted(Exception):
+    """A `user.interrupt` arrived during a turn of a harness that honors it."""
+
+    def __init__(self, interrupts: list[SessionEvent]) -> None:
+        super().__init__("interrupted")
+        self.interrupts = interrupts
+
+
+class WorkerStopping(Exception):
+    """The worker was asked to stop: leave the turn to the next worker without writing."""
+
+
+class TurnEnded(Exception):
+    """The turn ends early with this stop reason (a limit, the budget), its error already reported."""
+
+    def __init__(self, stop_reason: dict[str, Any]) -> None:
+        super().__init__(stop_reason["type"])
+        self.stop_reason = stop_reason
+
+
+class Checkpoints:
+    """The stops of one held session's turns."""
+
+    def __init__(
+        self,
+        *,
+        lease: Lease,
+        turn: TurnLog,
+        stopping: threading.Event,
+        check_seconds: float,
+        honors_interrupts: bool,
+        attention: threading.Event,
+    ) -> None:
+        self.lease = lease
+        self.turn = turn
+        self.stopping = stopping
+        self.check_seconds = check_seconds
+        self.honors_interrupts = honors_interrupts
+        # Set by the worker when a notification names this session (an interrupt, an archive...).
+        self.attention = attention
+        self._last_check = time.monotonic()
+
+    def check(self, force: bool = False) -> None:
+        """Stop for shutdown, a lost lease, or an interrupt; the database is asked at most every
+        `check_seconds` unless a notification drew attention."""
+        if self.stopping.is_set():
+            raise WorkerStopping()
+        self.lease.check()
+        now = time.monotonic()
+        if not (force or self.attention.is_set()) and now - self._last_check < self.check_seconds:
+            return
+        self.attention.clear()
+        self._last_check = now
+        if not selectors.session_is_live(self.lease.session_id):
+            raise LeaseLost(self.lease.session_id)
+        interrupts = selectors.pending_events(self.lease.session_id, types=("user.interrupt",))
+        if interrupts and self.honors_interrupts:
+            raise TurnInterrupted(interrupts)
+        if interrupts:
+            self.turn.acknowledge(interrupts)
+            self.reject(interrupts)
+
+    def reject(self, interrupts: list[SessionEvent]) -> None:
+        """`code_harness` accepts (acknowledges) the interrupt, then answers it with `session.error`."""
+        for interrupt in interrupts:
+            kind = "unapplied_event" if selectors.sent_natively(interrupt) else "unknown_error"
+            self.turn.error(kind, UNAPPLIED_INTERRUPT, retry="exhausted")
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            self.attention.wait(min(remaining, self.check_seconds))
+            self.check()
+
+    def wait_for(self, call: Callable[[], Result]) -> Result:
+        """Run a blocking call in a thread; an interrupt, archive or shutdown abandons it.
+
+        The session's database connection is given back first, so a long wait holds none.
+        """
+        connection.close()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as error:
+                box["error"] = error
+            finally:
+                done.set()
+
+        # The thread runs in a copy of this one's context: spans (and log ids) started there nest under ours.
+        current = contextvars.copy_context()
+        name = f"call-{self.lease.session_id}"
+        threading.Thread(target=current.run, args=(target,), name=name, daemon=True).start()
+        while not done.wait(WAIT_SLICE_SECONDS):
+            self.check()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]

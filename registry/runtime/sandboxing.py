@@ -1,0 +1,137 @@
+"""The session's sandbox through a turn: made ready at the turn's start (its problems reported before the
+model runs), running the built-in tools the model calls (with the session's resources as they are now,
+memory folders synced around each call), snapshotted when the turn ends so any worker can go on."""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn
+
+from django.db import transaction
+
+from registry.runtime.checkpoints import Checkpoints, TurnEnded, TurnInterrupted, WorkerStopping
+from registry.runtime.lease import LeaseLost
+from registry.runtime.provision import Provisioner, SessionSetup, Unprovisioned
+from registry.runtime.running import RunningSession
+from registry.runtime.tools import wants_builtin_tools
+from registry.runtime.writer import TurnLog
+from registry.sandbox.interface import Sandbox, SandboxBackend
+from registry.sandbox.spec import SandboxUnavailable
+from registry.sandbox.toolset import ToolOutcome, run_tool
+from registry.sessions import selectors
+from registry.sessions.models import SessionEvent
+
+logger = logging.getLogger(__name__)
+
+NO_SANDBOX_ERROR = "sandbox_unavailable_error"
+NO_SANDBOX = (
+    "This agent has built-in tools (bash, read, ...), but this runtime has no sandbox to run them in "
+    "(REGISTRY_SANDBOX_BACKEND=none); they are not offered to the model."
+)
+
+
+class SandboxUse:
+    """One held session's sandbox, as its turns use it."""
+
+    def __init__(
+        self, session: RunningSession, backend: SandboxBackend | None, turn: TurnLog, checkpoints: Checkpoints
+    ) -> None:
+        self.session = session
+        self.backend = backend
+        self.turn = turn
+        self.checkpoints = checkpoints
+        self.provisioner = self._provisioner()
+        self.prompt_sections = self.provisioner.prompt_sections(session.resources) if self.provisioner else []
+        self.used: Sandbox | None = None  # set once a turn used it: snapshot at its end
+
+    def _provisioner(self) -> Provisioner | None:
+        """The sandbox's provisioner, when this runtime runs the agent's built-in tools."""
+        session = self.session
+        if self.backend is None or session.client_runs_builtin or not wants_builtin_tools(session.agent):
+            return None
+        setup = SessionSetup(
+            session_id=session.session_id,
+            workspace_id=session.workspace_id,
+            agent=session.agent,
+            environment_id=session.environment_id,
+            environment_config=session.environment_config,
+            vault_ids=session.vault_ids,
+            network=session.network,
+        )
+        return Provisioner(setup, self.backend, lambda kind, message: self.turn.error(kind, message, retry="terminal"))
+
+    def provision(self) -> None:
+        """At a turn's start: missing skills or a failed package build end the turn; a sandbox that cannot
+        start is reported by the first tool call that needs it."""
+        if self.provisioner is None:
+            return
+        self.checkpoints.lease.check()
+        try:
+            self.provisioner.sandbox(self.session.resources, catch_up=True)
+        except Unprovisioned as failure:
+            self.turn.error(failure.error_type, failure.message, retry="terminal")
+            raise TurnEnded({"type": "error"}) from None
+        except (SandboxUnavailable, OSError) as failure:
+            logger.warning("session %s: sandbox not ready at turn start: %s", self.session.session_id, failure)
+
+    def run(self, call: SessionEvent) -> ToolOutcome:
+        """A built-in tool call in the session's sandbox; an interrupt stops the sandbox's processes."""
+        if self.provisioner is None:
+            return ToolOutcome.text(NO_SANDBOX, is_error=True)
+        lease = self.checkpoints.lease
+        lease.check()
+        try:
+            sandbox = self._current()
+            self.provisioner.before_tool()
+            self.used = sandbox
+            try:
+                outcome = self.checkpoints.wait_for(lambda: run_tool(sandbox, call.body["name"], call.body["input"]))
+            except (TurnInterrupted, LeaseLost, WorkerStopping):
+                sandbox.stop()
+                raise
+        except (SandboxUnavailable, OSError) as failure:
+            self._failed(call, str(failure))
+        lease.check()
+        memory = self.provisioner.after_tool()
+        notes = [note for note in (memory.note() if memory.refused else None, sandbox.over_quota()) if note]
+        if notes:
+            return ToolOutcome([*outcome.content, *({"type": "text", "text": note} for note in notes)], is_error=True)
+        return outcome
+
+    def _current(self) -> Sandbox:
+        """The sandbox with the session's resources as they are now (one added since is mounted)."""
+        assert self.provisioner is not None
+        current = selectors.session_resources(self.session.session_id)
+        if current is not None and current != self.session.resources:
+            self.session.resources = list(current)
+            self.prompt_sections = self.provisioner.prompt_sections(self.session.resources)
+        try:
+            return self.provisioner.sandbox(self.session.resources)
+        except Unprovisioned as failure:
+            raise SandboxUnavailable(failure.message) from None
+
+    def _failed(self, call: SessionEvent, cause: str) -> NoReturn:
+        """A sandbox that cannot start ends the turn with `session.error` naming the cause; the call gets
+        an error result, so the transcript stays whole and the next turn can try again."""
+        with transaction.atomic():
+            self.turn.tool_result(call, [{"type": "text", "text": cause}], is_error=True)
+            self.turn.error(NO_SANDBOX_ERROR, cause, retry="exhausted")
+        raise TurnEnded({"type": "error"})
+
+    def snapshot(self) -> None:
+        """After a turn that used the sandbox: its workspace to storage, so any worker can go on."""
+        if self.used is None:
+            return
+        self.checkpoints.lease.check()
+        try:
+            self.used.snapshot()
+        except OSError as error:  # the files stay here; a worker elsewhere would miss this turn's changes
+            logger.warning("snapshot of session %s failed: %s", self.session.session_id, error)
+        self.used = None
+
+    def report_missing(self) -> None:
+        """Once per session: the agent has built-in tools but this runtime cannot run them."""
+        if self.backend is not None or not wants_builtin_tools(self.session.agent):
+            return
+        if not selectors.error_reported(self.session.session_id, NO_SANDBOX_ERROR):
+            self.turn.error(NO_SANDBOX_ERROR, NO_SANDBOX, retry="terminal")

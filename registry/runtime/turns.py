@@ -1,0 +1,217 @@
+"""The turn loop: a held session's pending events acknowledged and its turns run until nothing is left.
+
+A turn is a loop over the log: answer the tool calls the runtime can answer, pause for the ones the
+client must answer, let the model speak while the transcript ends with user content, then grade the
+outcome. Every state is derived from the stored events, so a turn whose worker died is resumed by
+running the same loop again. The loop drives parts, each in its module: `ModelStep` (request, stream,
+compaction), `ToolDispatch` (built-in, MCP, custom tools, confirmations), `Grader`, `SandboxUse`
+(resources mounted, snapshots); `Checkpoints` stop it for an interrupt, a lost lease or a shutdown;
+every write goes through `TurnLog` to the session log, fenced by the lease. `code_harness` runs the
+same loop but does not honor `user.interrupt`. Metrics attach through a `TurnObserver`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from django.db import transaction
+
+from registry.core import tracing
+from registry.runtime import context
+from registry.runtime.checkpoints import Checkpoints, TurnEnded, TurnInterrupted, WorkerStopping
+from registry.runtime.config import RuntimeSettings
+from registry.runtime.dispatch import ToolDispatch
+from registry.runtime.eventlog import VisibleLogs
+from registry.runtime.grading import Grader
+from registry.runtime.identity import ModelCallIdentity
+from registry.runtime.lease import Lease, LeaseLost
+from registry.runtime.model import ModelClient, ModelError
+from registry.runtime.model_step import ModelStep
+from registry.runtime.observer import FAILED, LEASE_LOST, LEFT, TurnObserver
+from registry.runtime.running import RunningSession
+from registry.runtime.sandboxing import SandboxUse
+from registry.runtime.transcript import awaits_model, latest_outcome, tool_work, turn_graded
+from registry.runtime.writer import TurnLog
+from registry.sandbox.interface import SandboxBackend
+from registry.sessions import selectors
+from registry.sessions.models import Session, SessionEvent
+
+Status = Session.Status
+
+
+class SessionRunner:
+    """Works through one leased session's pending events, one turn boundary at a time."""
+
+    def __init__(
+        self,
+        *,
+        lease: Lease,
+        model: ModelClient,
+        identity: ModelCallIdentity,
+        config: RuntimeSettings,
+        stopping: threading.Event,
+        sandboxes: SandboxBackend | None = None,
+        logs: VisibleLogs | None = None,
+        observer: TurnObserver | None = None,
+    ) -> None:
+        self.lease = lease
+        self.session_id = lease.session_id
+        self.model_client = model
+        self.identity = identity
+        self.config = config
+        self.stopping = stopping
+        self.sandboxes = sandboxes
+        self.logs = logs or VisibleLogs(sessions=1)
+        self.observer = observer or TurnObserver()
+        # Set by the worker when a notification names this session (an interrupt, an archive...).
+        self.attention = threading.Event()
+        # The trace context of the user event that started the turn (its `session.turn` span's parent).
+        self.turn_traceparent: str | None = None
+
+    def _assemble(self) -> None:
+        """Read the session and put the turn's parts together."""
+        session = self.session = RunningSession.load(self.session_id, self.config)
+        turn = self.turn = TurnLog(self.lease.fence, self.observer, session.status)
+        checkpoints = self.checkpoints = Checkpoints(
+            lease=self.lease,
+            turn=turn,
+            stopping=self.stopping,
+            check_seconds=self.config.check_seconds,
+            honors_interrupts=session.honors_interrupts,
+            attention=self.attention,
+        )
+        self.sandbox = SandboxUse(session, self.sandboxes, turn, checkpoints)
+        self.tools = ToolDispatch(
+            session=session,
+            config=self.config,
+            turn=turn,
+            checkpoints=checkpoints,
+            sandbox=self.sandbox,
+            auth=self._auth,
+        )
+        self.model = ModelStep(
+            session=session,
+            config=self.config,
+            model=self.model_client,
+            auth=self._auth,
+            turn=turn,
+            checkpoints=checkpoints,
+            tools=self.tools,
+            sandbox=self.sandbox,
+        )
+        self.grader = Grader(session=session, config=self.config, turn=turn, model=self.model)
+
+    def _auth(self) -> dict[str, str]:
+        return self.identity.headers(workspace_id=self.session.workspace_id, session_id=self.session_id)
+
+    # -- the outer loop: turn boundaries ---------------------------------------------------------
+    def run(self) -> None:
+        self._assemble()
+        if self.session.status in (Status.RUNNING, Status.RESCHEDULING):
+            self.turn_traceparent = selectors.latest_user_traceparent(self.session_id, tracing.TRACEPARENT_FIELD)
+            self._run_turn()  # a turn whose worker went away: carry on from the log
+        while batch := selectors.pending_events(self.session_id):
+            self._apply(batch)
+
+    def _apply(self, batch: list[SessionEvent]) -> None:
+        """Acknowledge the batch; an interrupt after the last input cancels the turn it would start.
+
+        The acknowledgment and the turn's start commit together (one commit less before the model call).
+        """
+        self.lease.check()
+        interrupts = [event for event in batch if event.type == "user.interrupt"]
+        inputs = [event for event in batch if event.type != "user.interrupt"]
+        with transaction.atomic():
+            self.turn.acknowledge(batch)
+            if interrupts and not self.session.honors_interrupts:
+                self.checkpoints.reject(interrupts)
+            elif interrupts and batch[-1].type == "user.interrupt":
+                self.turn.set_status(Status.IDLE, {"type": "interrupted"})
+                return
+            if inputs:
+                self.turn.set_status(Status.RUNNING)
+        if inputs:
+            traced = (event.body.get(tracing.TRACEPARENT_FIELD) for event in reversed(inputs))
+            self.turn_traceparent = next((traceparent for traceparent in traced if traceparent), None)
+            self._run_turn()
+
+    def _run_turn(self) -> None:
+        """The turn as a `session.turn` span, continuing the trace of the user event that started it."""
+        self.observer.turn_started()
+        started = time.monotonic()
+        outcome = FAILED
+        attributes = {"session.id": self.session_id}
+        try:
+            with tracing.continuing(
+                self.turn_traceparent, "session.turn", service=tracing.RUNTIME_SERVICE, attributes=attributes
+            ) as span:
+                stop_reason = self._turn()
+                outcome = str(stop_reason["type"])
+                span.set_attribute("registry.stop_reason", outcome)
+                if outcome in ("error", "retries_exhausted"):
+                    span.set_status(tracing.ERROR)
+        except WorkerStopping:
+            outcome = LEFT
+            raise
+        except LeaseLost:
+            outcome = LEASE_LOST
+            raise
+        finally:
+            self.observer.turn_ended(outcome, time.monotonic() - started)
+
+    def _turn(self) -> dict[str, Any]:
+        started = time.monotonic()
+        self.tools.new_turn()
+        self.turn.set_status(Status.RUNNING)
+        try:
+            self.sandbox.provision()
+            stop_reason = self._advance()
+        except TurnInterrupted as interrupted:
+            self.turn.acknowledge(interrupted.interrupts)
+            self.grader.interrupted()
+            stop_reason = {"type": "interrupted"}
+        except TurnEnded as ended:
+            stop_reason = ended.stop_reason
+        except ModelError as failure:
+            retry = "exhausted" if failure.retryable else "terminal"
+            self.turn.error(failure.kind, failure.message, retry=retry)
+            stop_reason = {"type": "retries_exhausted" if failure.retryable else "error"}
+        self.sandbox.snapshot()
+        self.turn.add_usage({}, active_seconds=time.monotonic() - started)
+        self.turn.set_status(Status.IDLE, stop_reason)
+        return stop_reason
+
+    def _advance(self) -> dict[str, Any]:
+        """Step until the turn ends or waits on the client; returns the idle stop reason."""
+        compactions = 0
+        while True:
+            self.checkpoints.check()
+            events = self.logs.read(self.session_id)
+            work = tool_work(events)
+            if self.session.client_runs_builtin:
+                work.blocking += [call.id for call in work.runnable if call.type == "agent.tool_use"]
+                work.runnable = [call for call in work.runnable if call.type != "agent.tool_use"]
+            if work.denied or work.runnable:
+                self.tools.answer(work.denied, work.runnable)
+                continue
+            if work.blocking:
+                return {"type": "requires_action", "event_ids": work.blocking}
+            messages = self.model.messages(events)
+            if awaits_model(messages):
+                self.model.enforce_limits(events)
+                request = self.model.request(messages)
+                if context.overflows(request, self.session.window):
+                    compactions += 1
+                    self.model.compact(events, compactions)
+                    continue
+                if self.model.speak(request):
+                    compactions = 0
+                    continue
+                return {"type": "end_turn"}  # an empty answer: asking again would loop
+            outcome = latest_outcome(events)
+            if outcome is None or turn_graded(events):
+                return {"type": "end_turn"}
+            if self.grader.grade(outcome, messages, events) != "needs_revision":
+                return {"type": "end_turn"}

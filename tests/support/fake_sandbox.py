@@ -1,0 +1,144 @@
+"""An in-memory sandbox backend: the runtime's seam (`registry.sandbox.interface`) held by something
+that is not bubblewrap. Commands are answered by a script and recorded; files live in a dict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from registry.sandbox.spec import CommandResult, Limits, SandboxSpec
+
+
+@dataclass
+class FakeDisk:
+    root: Path
+
+    def _folder(self, name: str) -> Path:
+        folder = self.root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @property
+    def workspace(self) -> Path:
+        return self._folder("workspace")
+
+    @property
+    def mounts(self) -> Path:
+        return self._folder("mounts")
+
+    @property
+    def files(self) -> Path:
+        return self._folder("files")
+
+    @property
+    def staging(self) -> Path:
+        return self._folder("staging")
+
+
+@dataclass
+class FakePlace:
+    home: Path
+    disk: FakeDisk
+    uid: int = 60000
+
+
+@dataclass
+class FakeSandbox:
+    """One session's sandbox: `answer` makes each command's result; everything done is in `calls`."""
+
+    spec: SandboxSpec
+    limits: Limits
+    place: FakePlace
+    answer: Callable[[str], CommandResult]
+    files: dict[str, bytes] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def catch_up(self) -> None:
+        self.calls.append("catch_up")
+
+    def warm(self) -> None:
+        self.calls.append("warm")
+
+    def run(self, command: str, *, timeout_ms: int | None = None, restart: bool = False) -> CommandResult:
+        self.calls.append(f"run {command}")
+        return self.answer(command)
+
+    def read_file(self, path: str, *, limit: int) -> bytes:
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path][:limit]
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self.files[path] = data
+
+    def list_files(self, path: str = "") -> list[str]:
+        prefix = f"{path}/" if path else ""
+        return sorted({name[len(prefix) :].split("/")[0] for name in self.files if name.startswith(prefix)})
+
+    def remove_file(self, path: str) -> None:
+        self.files.pop(path, None)
+
+    def refusal(self, command: str | None = None) -> str | None:
+        return None
+
+    def over_quota(self) -> str | None:
+        return None
+
+    def snapshot(self) -> None:
+        self.calls.append("snapshot")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def destroy(self) -> None:
+        self.calls.append("destroy")
+
+
+@dataclass
+class FakeBackend:
+    """Keeps one `FakeSandbox` per session, all answering with `answer`."""
+
+    root: Path
+    answer: Callable[[str], CommandResult]
+    limits: Limits = field(default_factory=Limits.from_settings)
+    sandboxes: dict[str, FakeSandbox] = field(default_factory=dict)
+    closed: bool = False
+
+    @property
+    def shared(self) -> Path:
+        shared = self.root / "shared"
+        shared.mkdir(parents=True, exist_ok=True)
+        return shared
+
+    def place(self, session_id: str) -> FakePlace:
+        home = self.root / session_id
+        return FakePlace(home=home, disk=FakeDisk(home))
+
+    def ensure(self, spec: SandboxSpec) -> FakeSandbox:
+        found = self.sandboxes.get(spec.session_id)
+        if found is None:
+            found = self.sandboxes[spec.session_id] = self.transient(spec, self.limits)
+        found.spec = spec
+        return found
+
+    def transient(self, spec: SandboxSpec, limits: Limits) -> FakeSandbox:
+        return FakeSandbox(spec, limits, self.place(spec.session_id), self.answer)
+
+    def holds(self, session_id: str) -> bool:
+        return session_id in self.sandboxes
+
+    def stop_idle(self, idle_seconds: float) -> None:
+        for sandbox in self.sandboxes.values():
+            sandbox.stop()
+
+    def destroy(self, session_id: str, *, forget: bool = False) -> None:
+        sandbox = self.sandboxes.pop(session_id, None)
+        if sandbox is not None:
+            sandbox.destroy()
+
+    def health(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
