@@ -35,8 +35,13 @@ def check_file_resources(*, workspace_id: str, resources: Iterable[dict[str, Any
     for index, resource in enumerate(resources):
         if resource["type"] != "file":
             continue
-        file = File.objects.filter(workspace_id=workspace_id, pk=resource["file_id"]).first()
+        file = file_in_workspace(workspace_id=workspace_id, file_id=resource["file_id"])
         if file is None:
             raise invalid_request(f"resources[{index}].file_id: no file {resource['file_id']} in this workspace.")
         if file.expired:
             raise invalid_request(f"resources[{index}].file_id: file {file.id} has expired.")
+
+
+def file_in_workspace(*, workspace_id: str, file_id: str) -> File | None:
+    """The workspace's file with this id (expired or not), or None."""
+    return File.objects.filter(workspace_id=workspace_id, pk=file_id).first()

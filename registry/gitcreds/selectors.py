@@ -15,3 +15,8 @@ def git_credential_for_url(*, workspace_id: str, url: str) -> GitCredential | No
         .order_by("-created_at")
         .first()
     )
+
+
+def live_git_credential(*, workspace_id: str, credential_id: str) -> GitCredential | None:
+    """The workspace's git credential with this id, unless it is archived."""
+    return GitCredential.objects.filter(workspace_id=workspace_id, archived_at__isnull=True, pk=credential_id).first()

@@ -53,3 +53,21 @@ def memory_version_get(*, store: MemoryStore, version_id: str) -> MemoryVersion:
     if version is None:
         raise not_found(f"Memory version {version_id} not found.")
     return version
+
+
+def store_digests(store_id: str) -> dict[str, str]:
+    """Each memory's path and content digest, for a sync of the store."""
+    return dict(Memory.objects.filter(store_id=store_id).values_list("path", "content_sha256"))
+
+
+def contents_at(store_id: str, paths: list[str]) -> list[tuple[str, str]]:
+    """The path and content of the store's memories at `paths`."""
+    return list(Memory.objects.filter(store_id=store_id, path__in=paths).values_list("path", "content"))
+
+
+def store_by_id(store_id: str) -> MemoryStore:
+    return MemoryStore.objects.get(pk=store_id)
+
+
+def memory_at(*, store: MemoryStore, path: str) -> Memory | None:
+    return Memory.objects.filter(store=store, path=path).first()

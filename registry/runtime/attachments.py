@@ -12,7 +12,7 @@ import base64
 from typing import Any
 
 from registry.files.models import File
-from registry.files.selectors import file_content
+from registry.files.selectors import file_content, file_in_workspace
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 MAX_ATTACHMENT_BYTES = 32 * 1024 * 1024
@@ -21,7 +21,7 @@ RUBRIC_FILE_MAX_BYTES = 200_000
 
 def file_text(workspace_id: str, file_id: str, limit: int) -> str | None:
     """The first `limit` bytes of a file of the workspace as text, or None when it is gone."""
-    file = File.objects.filter(workspace_id=workspace_id, pk=file_id).first()
+    file = file_in_workspace(workspace_id=workspace_id, file_id=file_id)
     if file is None or file.expired:
         return None
     with file_content(file) as stream:
@@ -74,7 +74,7 @@ class FileSources:
 
     def _load(self, file_id: str) -> tuple[File, bytes] | None:
         if file_id not in self.cache:
-            file = File.objects.filter(workspace_id=self.workspace_id, pk=file_id).first()
+            file = file_in_workspace(workspace_id=self.workspace_id, file_id=file_id)
             if file is None or file.expired or file.size_bytes > MAX_ATTACHMENT_BYTES:
                 self.cache[file_id] = None
             else:

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from registry.core.errors import ApiError
+from registry.memory import selectors as memory_selectors
 from registry.memory import services as memory_services
-from registry.memory.models import Memory, MemoryStore
-from registry.memory.serializers import MAX_CONTENT_BYTES, path_problem
+from registry.memory.models import MemoryStore
+from registry.memory.services import MAX_CONTENT_BYTES, path_problem
 from registry.sandbox.fsops import DIRECTORY_FLAGS, directory_beneath, remove_beneath
 from registry.sandbox.spec import Mount
 
@@ -93,15 +94,13 @@ class MemoryMount:
     def pull(self) -> None:
         """Bring the folder up to date with the store, keeping local changes not pushed yet."""
         store_id = self.resource["memory_store_id"]
-        store_state = dict(Memory.objects.filter(store_id=store_id).values_list("path", "content_sha256"))
+        store_state = memory_selectors.store_digests(store_id)
         with self._root() as root:
             local = dict(self._scan(root))
             wanted = [path for path, sha256 in store_state.items() if self._should_pull(path, sha256, local)]
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
-                for path, content in Memory.objects.filter(store_id=store_id, path__in=chunk).values_list(
-                    "path", "content"
-                ):
+                for path, content in memory_selectors.contents_at(store_id, chunk):
                     with contextlib.suppress(OSError):  # a folder of the sandbox's in the way: left as it is
                         self.entries[path] = self._write(root, path, content.encode())
             for path in [path for path in self.entries if path not in store_state]:
@@ -137,7 +136,7 @@ class MemoryMount:
         report = SyncReport()
         if self.read_only:
             return report
-        store = MemoryStore.objects.get(pk=self.resource["memory_store_id"])
+        store = memory_selectors.store_by_id(self.resource["memory_store_id"])
         actor = {"type": "session_actor", "session_id": self.session_id}
         with self._root() as root:
             local = dict(self._scan(root))
@@ -146,7 +145,7 @@ class MemoryMount:
                 if known is None or not _unchanged(info, known):
                     self._push_file(root, store, path, actor, report)
             for path in [path for path in self.entries if path not in local]:
-                memory = Memory.objects.filter(store=store, path=path).first()
+                memory = memory_selectors.memory_at(store=store, path=path)
                 if memory is not None:
                     self._apply(
                         report,
@@ -182,7 +181,7 @@ class MemoryMount:
         if known is not None and known.sha256 == entry.sha256:
             self.entries[path] = entry  # touched, same content
             return
-        memory = Memory.objects.filter(store=store, path=path).first()
+        memory = memory_selectors.memory_at(store=store, path=path)
         if memory is None:
             stored = self._apply(
                 report,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.files.models import File
-from registry.files.selectors import file_content
+from registry.files.selectors import file_content, file_in_workspace
 from registry.sandbox.spec import Mount
 
 
@@ -24,7 +24,7 @@ def file_mounts(*, workspace_id: str, resources: list[dict[str, Any]], staging: 
     for resource in resources:
         if resource["type"] != "file":
             continue
-        file = File.objects.filter(workspace_id=workspace_id, pk=resource["file_id"]).first()
+        file = file_in_workspace(workspace_id=workspace_id, file_id=resource["file_id"])
         if file is None or file.expired:
             continue
         mounts.append(Mount(stage(file, staging), resource["mount_path"], read_only=True))

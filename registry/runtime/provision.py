@@ -25,9 +25,8 @@ from registry.runtime.secrets import session_injections
 from registry.runtime.skill_mounts import SkillsUnavailable, agent_skills, skills_prompt
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.interface import Sandbox, SandboxBackend, SessionPlace
-from registry.sandbox.launch import SANDBOX_HOME
 from registry.sandbox.packages import PackageBuildFailed, ensure_layer
-from registry.sandbox.spec import Mount, SandboxSpec, SandboxUnavailable
+from registry.sandbox.spec import SANDBOX_HOME, Mount, SandboxSpec, SandboxUnavailable
 
 ReportError = Callable[[str, str], None]  # (error type, message) -> a session.error event
 

@@ -25,11 +25,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from registry.core.secrets import unseal
-from registry.gitcreds.models import GitCredential
-from registry.gitcreds.selectors import git_credential_for_url
+from registry.gitcreds.selectors import git_credential_for_url, live_git_credential
 from registry.gitcreds.services import DEFAULT_USERNAME, token_of
-from registry.sandbox.disks import locked
-from registry.sandbox.fsops import chown_tree, exists_beneath, place_tree
+from registry.sandbox.fsops import chown_tree, exists_beneath, locked, place_tree
 
 CLONE_ERROR = "repository_clone_error"
 NOT_FOUND = "repository_not_found_error"
@@ -75,8 +73,7 @@ def resource_token(*, workspace_id: str, resource: dict[str, Any]) -> str | None
     if sealed:
         return unseal(sealed, context=resource["id"])
     credential_id = resource.get("git_credential_id")
-    live = GitCredential.objects.filter(workspace_id=workspace_id, archived_at__isnull=True)
-    credential = live.filter(pk=credential_id).first() if credential_id else None
+    credential = live_git_credential(workspace_id=workspace_id, credential_id=credential_id) if credential_id else None
     credential = credential or git_credential_for_url(workspace_id=workspace_id, url=resource["url"])
     return token_of(credential) if credential else None
 

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from registry.sandbox.hostnames import HostPattern, parse_host_entry
 from registry.sandbox.interception import SecretInjection
+from registry.vaults import selectors as vault_selectors
 from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
 
@@ -24,7 +25,7 @@ def session_injections(
     vaults; for a name in several vaults, the first vault in the session's order wins."""
     env: dict[str, str] = {}
     injections: list[SecretInjection] = []
-    for credential in _live_credentials(workspace_id, vault_ids):
+    for credential in vault_selectors.environment_credentials(workspace_id=workspace_id, vault_ids=vault_ids):
         name = credential.auth["secret_name"]
         value = secret_of(credential, "secret_value")
         if name in env or value is None:
@@ -39,17 +40,6 @@ def placeholder_for(session_id: str, credential_id: str) -> str:
     agent wrote down still works), keyed by the deployment's secret: it says nothing of the secret."""
     digest = hmac.new(settings.SECRET_KEY.encode(), f"{session_id}:{credential_id}".encode(), hashlib.sha256)
     return f"{PLACEHOLDER_PREFIX}{digest.hexdigest()[:32]}"
-
-
-def _live_credentials(workspace_id: str, vault_ids: list[str]) -> list[VaultCredential]:
-    credentials = VaultCredential.objects.filter(
-        workspace_id=workspace_id,
-        vault_id__in=vault_ids,
-        archived_at__isnull=True,
-        vault__archived_at__isnull=True,
-        auth__type="environment_variable",
-    )
-    return sorted(credentials, key=lambda credential: (vault_ids.index(credential.vault_id), credential.created_at))
 
 
 def _injection(credential: VaultCredential, placeholder: str, value: str) -> SecretInjection:

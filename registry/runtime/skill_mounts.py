@@ -18,8 +18,8 @@ from typing import Any
 
 from registry.core.storage import upload_storage
 from registry.sandbox.spec import Mount
-from registry.skills.models import Skill, SkillVersion
-from registry.skills.selectors import LATEST
+from registry.skills.models import SkillVersion
+from registry.skills.selectors import skill_version_for
 
 SKILLS_ROOT = "/mnt/session/skills"
 
@@ -54,13 +54,9 @@ def agent_skills(*, workspace_id: str, agent: dict[str, Any], root: Path) -> lis
 
 
 def _version(workspace_id: str, reference: dict[str, Any]) -> SkillVersion | None:
-    skill = Skill.objects.filter(workspace_id=workspace_id, pk=reference["skill_id"]).first()
-    if skill is None:
-        return None
-    wanted = reference.get("version") or LATEST
-    return SkillVersion.objects.filter(
-        skill=skill, version=skill.latest_version if wanted == LATEST else wanted
-    ).first()
+    return skill_version_for(
+        workspace_id=workspace_id, skill_id=reference["skill_id"], version=reference.get("version")
+    )
 
 
 def _unpack(version: SkillVersion, root: Path) -> Path:

@@ -44,8 +44,8 @@ from registry.sandbox.disks import (
 from registry.sandbox.egress import BRIDGE_SOURCE, PROXY_PORT, EgressProxy, chown_socket
 from registry.sandbox.fsops import read_regular_file, remove_beneath
 from registry.sandbox.interception import Interception, SecretInjection, interception_for
-from registry.sandbox.launch import SANDBOX_HOME, SHELL_PATH, Confinement, View, bwrap_path, start
-from registry.sandbox.spec import CommandResult, Limits, Mount, SandboxSpec, SandboxUnavailable
+from registry.sandbox.launch import SHELL_PATH, Confinement, View, bwrap_path, start
+from registry.sandbox.spec import SANDBOX_HOME, CommandResult, Limits, Mount, SandboxSpec, SandboxUnavailable
 from registry.sandbox.uids import UidAllocator, recorded_uid
 
 __all__ = [

@@ -24,16 +24,13 @@ Host layout under the sandbox root (every folder root-owned; 0711 where a sessio
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 from registry.sandbox import loops
-from registry.sandbox.fsops import tree_usage
+from registry.sandbox.fsops import locked, tree_usage
 
 SHARED_IMAGE_BYTES = 1 << 40  # sparse: only what is written takes host space
 JOURNAL_FROM_MB = 256  # smaller images go without a journal (it would eat a large share of them)
@@ -110,14 +107,6 @@ def release_root(root: Path) -> None:
     """Unmount every disk and shared area under a sandbox root (tests, `manage.py` clean-ups)."""
     for mountpoint in mounts_under(root):
         unmount(mountpoint)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive flock across threads and processes (each caller opens its own file)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def private_directory(path: Path, mode: int) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 from collections.abc import Iterator
@@ -135,3 +136,11 @@ def tree_usage(root: Path, *, limit: int) -> int:
         if total > limit:
             break
     return total
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive flock across threads and processes (each caller opens its own file)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

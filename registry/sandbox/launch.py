@@ -25,9 +25,8 @@ from typing import IO
 from registry.sandbox import cgroups, seccomp
 from registry.sandbox.egress import PROXY_ENV, SOCKET_INSIDE
 from registry.sandbox.interception import SYSTEM_BUNDLE, TRUST_ENV
-from registry.sandbox.spec import Limits, Mount, SandboxUnavailable
+from registry.sandbox.spec import SANDBOX_HOME, Limits, Mount, SandboxUnavailable
 
-SANDBOX_HOME = "/workspace"
 INSIDE_UID = 1000
 SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/ld.so.cache", "/etc/localtime")
 SHELL_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from registry.sandbox.disks import locked
 from registry.sandbox.egress import NetworkPolicy
-from registry.sandbox.fsops import chown_tree
+from registry.sandbox.fsops import chown_tree, locked
 from registry.sandbox.interface import SandboxBackend
 from registry.sandbox.launch import SHELL_PATH
 from registry.sandbox.spec import Mount, SandboxSpec

@@ -11,6 +11,9 @@ from django.conf import settings
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.interception import SecretInjection
 
+# The session's working directory, inside every sandbox.
+SANDBOX_HOME = "/workspace"
+
 
 class SandboxUnavailable(Exception):
     """The backend cannot run a sandbox here (none configured, or bubblewrap cannot start)."""

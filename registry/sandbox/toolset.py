@@ -27,7 +27,7 @@ from django.conf import settings
 from markdownify import markdownify
 
 from registry.sandbox.interface import Sandbox
-from registry.sandbox.launch import SANDBOX_HOME
+from registry.sandbox.spec import SANDBOX_HOME
 
 TOOLBOX_SOURCE = (Path(__file__).with_name("toolbox.py")).read_text()
 TOOLBOX_TIMEOUT_SECONDS = 60

@@ -60,3 +60,14 @@ def check_agent_skills(*, workspace_id: str, skills: Iterable[dict[str, Any]]) -
         version = reference.get("version") or LATEST
         if version != LATEST and not skill_versions(skill=skill).filter(version=version).exists():
             raise invalid_request(f"skills[{index}].version: skill {skill.id} has no version {version}.")
+
+
+def skill_version_for(*, workspace_id: str, skill_id: str, version: str | None) -> SkillVersion | None:
+    """The workspace's skill version (`latest` or none: its latest), or None when either is gone."""
+    skill = Skill.objects.filter(workspace_id=workspace_id, pk=skill_id).first()
+    if skill is None:
+        return None
+    wanted = version or LATEST
+    return SkillVersion.objects.filter(
+        skill=skill, version=skill.latest_version if wanted == LATEST else wanted
+    ).first()

@@ -44,3 +44,16 @@ def credential_get(*, vault: Vault, credential_id: str) -> VaultCredential:
     if credential is None:
         raise not_found(f"Credential {credential_id} not found.")
     return credential
+
+
+def environment_credentials(*, workspace_id: str, vault_ids: list[str]) -> list[VaultCredential]:
+    """The live `environment_variable` credentials of the live vaults among `vault_ids`, in the order the
+    vaults are named, then oldest first."""
+    credentials = VaultCredential.objects.filter(
+        workspace_id=workspace_id,
+        vault_id__in=vault_ids,
+        archived_at__isnull=True,
+        vault__archived_at__isnull=True,
+        auth__type="environment_variable",
+    )
+    return sorted(credentials, key=lambda credential: (vault_ids.index(credential.vault_id), credential.created_at))
