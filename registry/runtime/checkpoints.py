@@ -8,6 +8,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.db import connection
@@ -43,27 +44,18 @@ class TurnEnded(Exception):
         self.stop_reason = stop_reason
 
 
+@dataclass(kw_only=True)
 class Checkpoints:
     """The stops of one held session's turns."""
 
-    def __init__(
-        self,
-        *,
-        lease: Lease,
-        turn: TurnLog,
-        stopping: threading.Event,
-        check_seconds: float,
-        honors_interrupts: bool,
-        attention: threading.Event,
-    ) -> None:
-        self.lease = lease
-        self.turn = turn
-        self.stopping = stopping
-        self.check_seconds = check_seconds
-        self.honors_interrupts = honors_interrupts
-        # Set by the worker when a notification names this session (an interrupt, an archive...).
-        self.attention = attention
-        self._last_check = time.monotonic()
+    lease: Lease
+    turn: TurnLog
+    stopping: threading.Event
+    check_seconds: float
+    honors_interrupts: bool
+    # Set by the worker when a notification names this session (an interrupt, an archive...).
+    attention: threading.Event
+    _last_check: float = field(default_factory=time.monotonic)
 
     def check(self, force: bool = False) -> None:
         """Stop for shutdown, a lost lease, or an interrupt; the database is asked at most every

@@ -5,6 +5,7 @@ tools in the sandbox, MCP tools over HTTP), confirmations denied by the client a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -23,26 +24,17 @@ from registry.sessions.models import SessionEvent
 DENIED_RESULT = "The user denied this tool call."
 
 
+@dataclass(kw_only=True)
 class ToolDispatch:
     """The tools of one held session's turns."""
 
-    def __init__(
-        self,
-        *,
-        session: RunningSession,
-        config: RuntimeSettings,
-        turn: TurnLog,
-        checkpoints: Checkpoints,
-        sandbox: SandboxUse,
-        auth: Callable[[], dict[str, str]],
-    ) -> None:
-        self.session = session
-        self.config = config
-        self.turn = turn
-        self.checkpoints = checkpoints
-        self.sandbox = sandbox
-        self.auth = auth
-        self._catalog: ToolCatalog | None = None
+    session: RunningSession
+    config: RuntimeSettings
+    turn: TurnLog
+    checkpoints: Checkpoints
+    sandbox: SandboxUse
+    auth: Callable[[], dict[str, str]]
+    _catalog: ToolCatalog | None = None
 
     def new_turn(self) -> None:
         """Tools are listed again in each turn."""

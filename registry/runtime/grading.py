@@ -4,6 +4,7 @@ feedback, until the outcome's iterations run out. The outcome's evaluation resou
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -20,14 +21,14 @@ from registry.sessions import selectors
 from registry.sessions.models import SessionEvent
 
 
+@dataclass(kw_only=True)
 class Grader:
     """The outcomes of one held session."""
 
-    def __init__(self, *, session: RunningSession, config: RuntimeSettings, turn: TurnLog, model: ModelStep) -> None:
-        self.session = session
-        self.config = config
-        self.turn = turn
-        self.model = model
+    session: RunningSession
+    config: RuntimeSettings
+    turn: TurnLog
+    model: ModelStep
 
     def grade(self, outcome: SessionEvent, messages: list[dict[str, Any]], events: list[SessionEvent]) -> str:
         """Grade the transcript against the outcome's rubric; returns the (labelled) verdict."""

@@ -5,6 +5,7 @@ limits and budget, and compaction when the transcript outgrows the context windo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -25,29 +26,18 @@ Status = Session.Status
 CUT_TOOL_CALL = "The model's answer was cut off by max_tokens in the middle of a tool call twice; the call was not run."
 
 
+@dataclass(kw_only=True)
 class ModelStep:
     """The model's part of one held session's turns."""
 
-    def __init__(
-        self,
-        *,
-        session: RunningSession,
-        config: RuntimeSettings,
-        model: ModelClient,
-        auth: Callable[[], dict[str, str]],
-        turn: TurnLog,
-        checkpoints: Checkpoints,
-        tools: ToolDispatch,
-        sandbox: SandboxUse,
-    ) -> None:
-        self.session = session
-        self.config = config
-        self.model = model
-        self.auth = auth
-        self.turn = turn
-        self.checkpoints = checkpoints
-        self.tools = tools
-        self.sandbox = sandbox
+    session: RunningSession
+    config: RuntimeSettings
+    model: ModelClient
+    auth: Callable[[], dict[str, str]]
+    turn: TurnLog
+    checkpoints: Checkpoints
+    tools: ToolDispatch
+    sandbox: SandboxUse
 
     def messages(self, events: list[SessionEvent]) -> list[dict[str, Any]]:
         return build_messages(events, tool_result_limit=self.config.tool_result_max_chars)

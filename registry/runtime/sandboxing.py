@@ -4,6 +4,7 @@ memory folders synced around each call), snapshotted when the turn ends so any w
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import NoReturn
 
@@ -49,15 +50,8 @@ class SandboxUse:
         session = self.session
         if self.backend is None or session.client_runs_builtin or not wants_builtin_tools(session.agent):
             return None
-        setup = SessionSetup(
-            session_id=session.session_id,
-            workspace_id=session.workspace_id,
-            agent=session.agent,
-            environment_id=session.environment_id,
-            environment_config=session.environment_config,
-            vault_ids=session.vault_ids,
-            network=session.network,
-        )
+        # What the provisioner knows of the session: the running session's fields of the same names.
+        setup = SessionSetup(**{item.name: getattr(session, item.name) for item in dataclasses.fields(SessionSetup)})
         return Provisioner(setup, self.backend, lambda kind, message: self.turn.error(kind, message, retry="terminal"))
 
     def provision(self) -> None:
