@@ -8,21 +8,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from registry.core.errors import ApiError
 from registry.runtime.eventlog import VisibleLogs
-from registry.sessions import log, services
+from registry.runtime.wakeups import listen_parameters
+from registry.sessions import log, notify, services
 from registry.sessions.models import Session, SessionEvent
+from tests.support.tenants import Tenant
 
 TEXT = [{"type": "text", "text": "hi"}]
 MESSAGE = {"type": "user.message", "content": TEXT}
@@ -130,23 +133,6 @@ def test_claims_are_exclusive_renewed_and_released(sessions: list[str]) -> None:
     assert log.claim(owner="c", seconds=30, limit=0) == []
 
 
-def test_appends_are_refused_alike_whatever_the_path(
-    api: APIClient, other_tenant: Any, sessions: list[str], tenant: Any
-) -> None:
-    terminated, live = sessions
-    log.transition(session_id=terminated, status="terminated")
-    confirmation = {"type": "user.tool_confirmation", "tool_use_id": "sevt_x", "result": "allow"}
-    cases = [(terminated, tenant, "session_terminated"), (live, other_tenant, "not found"), ("sesn_x", tenant, "not")]
-    for target, owner, says in cases:
-        for events in ([MESSAGE], [confirmation]):
-            with pytest.raises(ApiError) as refused:
-                services.events_append(session_id=target, workspace_id=owner.workspace.pk, events=events)
-            assert says in str(refused.value.detail)
-    assert not SessionEvent.objects.filter(session_id__in=sessions, type__startswith="user.").exists()
-    services.events_append(session_id=live, workspace_id=tenant.workspace.pk, events=[MESSAGE])
-    assert state(live)["has_pending_events"]
-
-
 def test_usage_and_evaluations_accumulate(sessions: list[str]) -> None:
     session_id = sessions[0]
     usage = {"input_tokens": 3, "output_tokens": 2, "cache_creation_input_tokens": 5}
@@ -205,6 +191,95 @@ def test_an_unflushed_event_relaxes_only_its_own_transaction_on_postgresql(sessi
         assert cursor.fetchone() == ("on",)
 
 
+def send(api: APIClient, session_id: str, *events: dict[str, Any]) -> Any:
+    return api.post(f"/v1/sessions/{session_id}/events", {"events": list(events)}, format="json")
+
+
+def envelope(response: Any) -> dict[str, Any]:
+    """The error body without its request id."""
+    body = response.json()
+    body.pop("request_id", None)
+    return {"status": response.status_code, **body}
+
+
+CONDITIONAL = {"type": "user.tool_confirmation", "tool_use_id": "sevt_x", "result": "allow"}
+
+
+def test_the_api_refuses_appends_alike_whatever_the_kind(
+    api: APIClient, other_tenant: Tenant, sessions: list[str]
+) -> None:
+    """A terminated session, another workspace's or an unknown one: one envelope, whether the append needs a
+    look at the log or not."""
+    assert MESSAGE["type"] in services.UNCONDITIONAL_KINDS
+    assert CONDITIONAL["type"] not in services.UNCONDITIONAL_KINDS
+    terminated, live = sessions
+    log.transition(session_id=terminated, status=Session.Status.TERMINATED)
+    for target, client in ((terminated, api), (live, other_tenant.client), ("sesn_unknown", api)):
+        lean, checked = send(client, target, MESSAGE), send(client, target, CONDITIONAL)
+        assert lean.status_code in (400, 404)
+        assert envelope(lean) == envelope(checked)
+    assert not SessionEvent.objects.filter(session_id__in=sessions, type__startswith="user.").exists()
+
+
+def test_an_append_stores_pending_events_in_order(api: APIClient, sessions: list[str]) -> None:
+    outcome = {"type": "user.define_outcome", "description": "d", "rubric": {"type": "text", "content": "r"}}
+    response = send(api, sessions[0], MESSAGE, {"type": "user.interrupt"}, outcome)
+    assert response.status_code == 200, response.content
+    answered = response.json()["data"]
+    stored = list(SessionEvent.objects.filter(session_id=sessions[0]).order_by("created_at", "id"))
+    assert [(event.id, event.type, event.seq, event.processed_at) for event in stored] == [
+        (item["id"], item["type"], None, None) for item in answered
+    ]
+    assert stored[0].body == {"content": TEXT}
+    assert stored[2].body["outcome_id"].startswith("outc_") and stored[2].body["max_iterations"] == 3
+    assert Session.objects.get(pk=sessions[0]).has_pending_events
+    assert not Session.objects.get(pk=sessions[1]).has_pending_events
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appends_all_land_in_order_and_wake_the_runtime_on_postgresql(tenant: Tenant) -> None:
+    agent = tenant.client.post("/v1/agents", {"name": "a", "model": "m"}, format="json").json()
+    environment = tenant.client.post("/v1/environments", {"name": "e"}, format="json").json()
+    body = {"agent": agent["id"], "environment_id": environment["id"]}
+    session_id = tenant.client.post("/v1/sessions", body, format="json").json()["id"]
+    heard: list[str] = []
+    notify.add_local_runtime_listener(heard.append)
+    listening = psycopg.connect(**listen_parameters(), autocommit=True)  # type: ignore[arg-type]
+    try:
+        listening.execute(f"LISTEN {notify.RUNTIME_CHANNEL}")
+        answers: dict[int, list[str]] = {}
+
+        def writer(number: int) -> None:
+            client = APIClient()
+            client.credentials(HTTP_X_API_KEY=tenant.api_key)
+            texts = [{"type": "user.message", "content": [{"type": "text", "text": f"{number}.{i}"}]} for i in range(5)]
+            ids = []
+            for text in texts:  # one writer's appends, one after another
+                response = send(client, session_id, text)
+                assert response.status_code == 200, response.content
+                ids.append(response.json()["data"][0]["id"])
+            answers[number] = ids
+            connection.close()
+
+        threads = [threading.Thread(target=writer, args=(number,)) for number in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        payloads = [message.payload for message in listening.notifies(timeout=1.0, stop_after=40)]
+    finally:
+        notify.remove_local_runtime_listener(heard.append)
+        listening.close()
+    assert payloads == [session_id] * 40 and heard == [session_id] * 40
+    stored = list(SessionEvent.objects.filter(session_id=session_id).order_by("created_at", "id"))
+    assert len(stored) == 40
+    for number, ids in answers.items():  # each writer's events in the order its requests were answered
+        assert [event.id for event in stored if event.id in ids] == ids
+        assert [event.body["content"][0]["text"] for event in stored if event.id in ids] == [
+            f"{number}.{i}" for i in range(5)
+        ]
+
+
 def test_every_case_also_holds_on_sqlite(tmp_path: Path) -> None:
     """The cases above, again, in a child pytest whose database is SQLite."""
     assert connection.vendor == "postgresql"  # the suite's own run is the PostgreSQL half
@@ -223,4 +298,4 @@ def test_every_case_also_holds_on_sqlite(tmp_path: Path) -> None:
         timeout=240,
     )
     assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
-    assert "7 passed" in child.stdout, child.stdout[-2000:]
+    assert "8 passed" in child.stdout, child.stdout[-2000:]
