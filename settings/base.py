@@ -187,8 +187,8 @@ STORAGES = {
 }
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["registry.core.authentication.WorkspaceAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["registry.core.authentication.IsWorkspaceMember"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["registry.workspaces.authentication.WorkspaceAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["registry.core.callers.IsWorkspaceMember"],
     "DEFAULT_RENDERER_CLASSES": ["registry.core.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -203,12 +203,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
     # The schema is served like every other operation: to a caller with a credential.
-    "SERVE_AUTHENTICATION": ["registry.core.authentication.WorkspaceAuthentication"],
-    "SERVE_PERMISSIONS": ["registry.core.authentication.IsWorkspaceMember"],
+    "SERVE_AUTHENTICATION": ["registry.workspaces.authentication.WorkspaceAuthentication"],
+    "SERVE_PERMISSIONS": ["registry.core.callers.IsWorkspaceMember"],
     "COMPONENT_SPLIT_REQUEST": True,
     # Enums stay inline: dozens of single-value `type` discriminators would otherwise collide by name.
     "POSTPROCESSING_HOOKS": [],
-    "AUTHENTICATION_WHITELIST": ["registry.core.authentication.WorkspaceAuthentication"],
+    "AUTHENTICATION_WHITELIST": ["registry.workspaces.authentication.WorkspaceAuthentication"],
 }
 
 # OIDC (mozilla-django-oidc): a Bearer token is checked at the provider's userinfo endpoint.

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from registry.agents.models import Agent, AgentVersion
-from registry.core.admin import ArchivedFilter, ReadOnlyInline, changelist_link
-from registry.sessions.models import Session
+from registry.core.admin import ArchivableAdmin, ReadOnlyAdmin, ReadOnlyInline, changelist_link
 
 
 def version_sessions(version: AgentVersion) -> SafeString:
-    return changelist_link(Session, "sessions", agent=version.agent_id, agent_version=version.version)
+    return changelist_link("agent_sessions.Session", "sessions", agent=version.agent_id, agent_version=version.version)
 
 
 class AgentVersionInline(ReadOnlyInline):
@@ -29,11 +26,11 @@ class AgentVersionInline(ReadOnlyInline):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AgentAdmin(ArchivableAdmin):
     """Agents change only through the API (every change is a version); staff can read and archive."""
 
     list_display = ("id", "name", "workspace", "version", "created_at", "archived_at")
-    list_filter = (ArchivedFilter, "created_at")
+    list_filter = ("created_at",)
     list_select_related = ("workspace",)
     search_fields = ("id", "name")
     readonly_fields = ("id", "workspace", "name", "version", "sessions", "spec", "created_at", "updated_at")
@@ -45,11 +42,11 @@ class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="sessions")
     def sessions(self, agent: Agent) -> SafeString:
-        return changelist_link(Session, f"{agent.sessions.count()} sessions", agent=agent.pk)
+        return changelist_link("agent_sessions.Session", f"{agent.sessions.count()} sessions", agent=agent.pk)
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AgentVersionAdmin(ReadOnlyAdmin):
     """One immutable definition of an agent, with the sessions that run it."""
 
     list_display = ("__str__", "agent", "version", "created_at")
@@ -57,15 +54,7 @@ class AgentVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ("agent__id", "agent__name")
     fields = ("agent", "version", "sessions", "created_at", "spec")
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    deletable = False
 
     @admin.display(description="sessions")
     def sessions(self, version: AgentVersion) -> SafeString:

@@ -16,12 +16,6 @@ class Agent(ArchivableResource):
     version = models.PositiveIntegerField(default=1)
     spec = models.JSONField(help_text="The current definition: model, system, tools, mcp_servers, skills, ...")
 
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "created_at", "id"], name="agent_list_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.id})"
-
 
 class AgentVersion(models.Model):
     """An immutable definition of an agent at one version."""

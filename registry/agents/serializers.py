@@ -20,7 +20,7 @@ from registry.core.fields import (
     TaggedUnionField,
     validate_http_url,
 )
-from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.serialization import ArchivableObjectSerializer, ConstantField, MetadataMapField, timestamp
 
 BUILT_IN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 EFFORT_LEVELS = ("low", "medium", "high", "xhigh", "max")
@@ -208,9 +208,7 @@ class AgentWriteSerializer(StrictSerializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.partial:
-            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
-        else:
+        if not self.partial:
             self.fields.pop("version")
 
     def validate_multiagent(self, value: Any) -> Any:
@@ -219,11 +217,10 @@ class AgentWriteSerializer(StrictSerializer):
         return value
 
 
-class AgentSerializer(ResponseSerializer):
+class AgentSerializer(ArchivableObjectSerializer):
     """The agent object of the reference client, at its current version or at `version`."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["agent"])
+    type = ConstantField("agent")
     version = serializers.IntegerField()
     name = serializers.CharField()
     description = serializers.CharField(allow_null=True)
@@ -232,12 +229,9 @@ class AgentSerializer(ResponseSerializer):
     tools = serializers.ListField(child=TaggedUnionField(TOOL_KINDS, component_name="AgentTool"))
     mcp_servers = McpServerSerializer(many=True)
     skills = SkillReferenceSerializer(many=True)
-    metadata = serializers.DictField(child=serializers.CharField())
+    metadata = MetadataMapField()
     execution_identity = TaggedUnionField(IDENTITY_KINDS, component_name="ExecutionIdentity")
     multiagent = serializers.JSONField(allow_null=True)
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
 
     @classmethod
     def render(cls, agent: Agent, version: AgentVersion | None = None) -> dict[str, Any]:

@@ -14,28 +14,20 @@ from registry.agents.filters import AgentFilter
 from registry.agents.models import Agent
 from registry.agents.serializers import AgentSerializer, AgentWriteSerializer
 from registry.core.errors import invalid_request
-from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schema
+from registry.core.openapi import LIST_PARAMETERS, list_schema
 from registry.core.pagination import KeysetPagination
-from registry.core.views import WorkspaceViewSet, WriteMixin
+from registry.core.views import WorkspaceViewSet, WriteMixin, WriteServices
 
 VERSION_PARAMETER = OpenApiParameter("version", OpenApiTypes.INT, description="Read this version of the agent.")
 
 
-@resource_schema("agent", read=AgentSerializer, write=AgentWriteSerializer, deletable=False)
 @extend_schema_view(retrieve=extend_schema(parameters=[VERSION_PARAMETER], responses=AgentSerializer))
 class AgentViewSet(WriteMixin, WorkspaceViewSet):
     model = Agent
-    resource_type = "agent"
     serializer_class = AgentSerializer
     filterset_class = AgentFilter
-
     write_serializer = AgentWriteSerializer
-
-    def create_instance(self, values: dict[str, Any]) -> Agent:
-        return services.agent_create(workspace=self.principal.workspace, values=values)
-
-    def update_instance(self, instance: Agent, values: dict[str, Any]) -> Agent:
-        return services.agent_update(agent=instance, values=values)
+    write_services = WriteServices(services.agent_create, services.agent_update, "agent")
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agent = self.get_object()
@@ -57,10 +49,7 @@ class AgentVersionViewSet(WorkspaceViewSet):
     archivable = False
     pagination = KeysetPagination(keys=("version",))
 
-    @extend_schema(
-        parameters=LIST_PARAMETERS[:3],
-        responses=list_response("AgentVersionList", AgentSerializer),
-    )
+    @list_schema("AgentVersionList", AgentSerializer, *LIST_PARAMETERS[:3])
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agent = self.get_object()
         rows, links = self.pagination.paginate(selectors.agent_versions(agent=agent), request)

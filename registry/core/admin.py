@@ -1,5 +1,5 @@
-"""Admin pieces shared by the apps: read-only inlines, links between pages, the archived filter
-(idempotency keys themselves are internal and get no page)."""
+"""Admin pieces shared by the apps: read-only inlines and pages, one-by-one deletion, links between pages,
+the archived filter (idempotency keys themselves are internal and get no page)."""
 
 from __future__ import annotations
 
@@ -35,10 +35,37 @@ def change_link(model: type[Model], pk: Any, text: str) -> SafeString:
     return format_html('<a href="{}">{}</a>', url, text)
 
 
-def changelist_link(model: type[Model], text: str, **filters: Any) -> SafeString:
-    """A link to a model's admin list narrowed by `filters` (field lookups, as the list's query string)."""
-    url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+def changelist_link(model: str, text: str, **filters: Any) -> SafeString:
+    """A link to the admin list of `model` ("app_label.model_name", so that a page links to another app's
+    list without importing it) narrowed by `filters` (field lookups, as the list's query string)."""
+    app_label, model_name = model.lower().split(".")
+    url = reverse(f"admin:{app_label}_{model_name}_changelist")
     return format_html('<a href="{}?{}">{}</a>', url, urlencode(filters), text)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A page of objects that enter and change only through the API: staff read them (and delete them,
+    unless `deletable` is False), never add or change them here."""
+
+    deletable = True
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.deletable and super().has_delete_permission(request, obj)
+
+
+class OneByOneDeletion(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A deletion of many objects goes through `delete_model` for each (where the app's service deletes
+    what the object keeps outside the database too)."""
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
 
 
 class ArchivedFilter(admin.SimpleListFilter):
@@ -54,3 +81,10 @@ class ArchivedFilter(admin.SimpleListFilter):
         if self.value() not in ("yes", "no"):
             return queryset
         return queryset.filter(archived_at__isnull=self.value() == "no")
+
+
+class ArchivableAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The page of a resource with `archived_at`: its list filters on archived first, then on `list_filter`."""
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        return (ArchivedFilter, *super().get_list_filter(request))

@@ -1,4 +1,5 @@
-"""Serializer fields shared by the registry apps: tagged unions, metadata maps, JSON Schema."""
+"""Serializer fields shared by the registry apps: tagged unions, metadata maps, JSON Schema; and `validated`,
+a body as a serializer validates it."""
 
 from __future__ import annotations
 
@@ -38,12 +39,17 @@ class TaggedUnionField(serializers.Field):  # type: ignore[type-arg]
         serializer_class = self.choices.get(kind) if isinstance(kind, str) else None
         if serializer_class is None:
             raise serializers.ValidationError({"type": [f"must be one of {sorted(self.choices)}."]})
-        serializer = serializer_class(data=data, context=self.context)
-        serializer.is_valid(raise_exception=True)
-        return dict(serializer.validated_data)
+        return validated(serializer_class, data, context=self.context)
 
     def to_representation(self, value: Any) -> Any:
         return value
+
+
+def validated(serializer_class: type[serializers.BaseSerializer[Any]], data: Any, **options: Any) -> dict[str, Any]:
+    """`data` as `serializer_class` validates it (a 400 naming the fields when it is not valid), as a dict."""
+    serializer = serializer_class(data=data, **options)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
 
 
 class StrictCharField(serializers.CharField):
@@ -87,7 +93,8 @@ class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class MetadataField(serializers.DictField):  # type: ignore[type-arg]
     """`metadata`: at most 16 string pairs; keys up to 64, values up to 512 characters.
 
-    With `allow_null_values` (updates), a null value deletes its key.
+    In an update (a serializer bound with `partial=True`), or with `allow_null_values`, a null value deletes
+    its key.
     """
 
     def __init__(self, *, allow_null_values: bool = False, **kwargs: Any) -> None:
@@ -98,6 +105,11 @@ class MetadataField(serializers.DictField):  # type: ignore[type-arg]
             ),
             **kwargs,
         )
+
+    def bind(self, field_name: str, parent: Any) -> None:
+        super().bind(field_name, parent)
+        if getattr(parent, "partial", False):
+            self.allow_null_values = self.child.allow_null = True
 
     def to_internal_value(self, data: Any) -> dict[str, str | None]:
         value: dict[str, str | None] = super().to_internal_value(data)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.db import models
 
 
 class WorkspaceResource(models.Model):
-    """Abstract base: a row that belongs to one workspace, listed by (created_at, id)."""
+    """Abstract base: a row that belongs to one workspace, listed by (created_at, id) through the index
+    `<model>_list_idx` (unless its model names its own indexes), shown as its `title_field` and id."""
+
+    title_field: ClassVar[str] = "name"
 
     workspace = models.ForeignKey("workspaces.Workspace", on_delete=models.CASCADE, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True, db_index=False)
@@ -14,6 +19,10 @@ class WorkspaceResource(models.Model):
 
     class Meta:
         abstract = True
+        indexes = [models.Index(fields=["workspace", "created_at", "id"], name="%(class)s_list_idx")]
+
+    def __str__(self) -> str:
+        return f"{getattr(self, self.title_field)} ({self.pk})"
 
 
 class ArchivableResource(WorkspaceResource):
@@ -21,7 +30,7 @@ class ArchivableResource(WorkspaceResource):
 
     archived_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
+    class Meta(WorkspaceResource.Meta):
         abstract = True
 
 

@@ -31,6 +31,18 @@ def list_response(name: str, item: type[serializers.BaseSerializer[Any]], *, wit
     return extend_schema_serializer(many=False)(inline_serializer(name, fields))  # type: ignore[type-var]
 
 
+def list_schema(
+    name: str,
+    item: type[serializers.BaseSerializer[Any]],
+    *parameters: OpenApiParameter,
+    with_prev_page: bool = False,
+) -> Any:
+    """The OpenAPI description of a list action: its query `parameters`, and its answer (`list_response`)."""
+    return extend_schema(
+        parameters=list(parameters), responses=list_response(name, item, with_prev_page=with_prev_page)
+    )
+
+
 def deleted_response(resource_type: str) -> Any:
     """The documented `{"id", "type": "<resource>_deleted"}` answer of a delete."""
     name = "".join(part.title() for part in resource_type.split("_")) + "Deleted"
@@ -54,9 +66,7 @@ def resource_schema(
         "create": extend_schema(request=write, responses=read),
         "partial_update": extend_schema(request=update or write, responses=read),
         "retrieve": extend_schema(responses=read),
-        "list": extend_schema(
-            parameters=LIST_PARAMETERS, responses=list_response(f"{name}List", read, with_prev_page=with_prev_page)
-        ),
+        "list": list_schema(f"{name}List", read, *LIST_PARAMETERS, with_prev_page=with_prev_page),
     }
     if deletable:
         operations["destroy"] = extend_schema(responses=deleted_response(resource_type))
@@ -74,7 +84,7 @@ LIST_PARAMETERS = [
 class WorkspaceAuthenticationScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
     """Documents the two credentials: `x-api-key` (workspace key) and an OIDC Bearer token."""
 
-    target_class = "registry.core.authentication.WorkspaceAuthentication"
+    target_class = "registry.workspaces.authentication.WorkspaceAuthentication"
     name = ["ApiKeyAuth", "BearerAuth"]
 
     def get_security_definition(self, auto_schema: object) -> list[dict[str, str]]:

@@ -45,11 +45,12 @@ def decode_cursor(cursor: str, keys: Sequence[str], model: type[Model]) -> tuple
     return direction, parsed
 
 
-def parse_limit(raw: str | None) -> int:
+def parse_limit(raw: str | None, *, default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT) -> int:
+    """`limit`: an integer from 1 to `maximum`; `default` when omitted."""
     if raw in (None, ""):
-        return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise invalid_request(f"limit: must be an integer from 1 to {MAX_LIMIT}.")
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise invalid_request(f"limit: must be an integer from 1 to {maximum}.")
     return int(raw)
 
 

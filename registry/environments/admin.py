@@ -3,19 +3,20 @@
 from django.contrib import admin
 from django.utils.safestring import SafeString
 
-from registry.core.admin import ArchivedFilter, changelist_link
+from registry.core.admin import ArchivableAdmin, changelist_link
 from registry.environments.models import Environment
-from registry.sessions.models import Session
 
 
 @admin.register(Environment)
-class EnvironmentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class EnvironmentAdmin(ArchivableAdmin):
     list_display = ("id", "name", "workspace", "scope", "created_at", "archived_at")
-    list_filter = (ArchivedFilter, "scope", "created_at")
+    list_filter = ("scope", "created_at")
     list_select_related = ("workspace",)
     search_fields = ("id", "name")
     readonly_fields = ("id", "sessions", "created_at", "updated_at")
 
     @admin.display(description="sessions")
     def sessions(self, environment: Environment) -> SafeString:
-        return changelist_link(Session, f"{environment.sessions.count()} sessions", environment=environment.pk)
+        return changelist_link(
+            "agent_sessions.Session", f"{environment.sessions.count()} sessions", environment=environment.pk
+        )

@@ -15,9 +15,3 @@ class Environment(ArchivableResource):
     metadata = models.JSONField(default=dict)
     config = models.JSONField()
     scope = models.CharField(max_length=32, default="organization")
-
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "created_at", "id"], name="environment_list_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.id})"

@@ -4,20 +4,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from registry.core.fields import (
-    MetadataField,
-    StrictBooleanField,
-    StrictCharField,
-    StrictSerializer,
-    TaggedUnionField,
-)
-from registry.core.serialization import ResponseSerializer, timestamp
-from registry.environments.models import Environment
+from registry.core.fields import MetadataField, StrictBooleanField, StrictCharField, StrictSerializer, TaggedUnionField
+from registry.core.serialization import ArchivableObjectSerializer, ConstantField, MetadataMapField
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 SCOPES = ("organization",)
@@ -88,37 +80,13 @@ class EnvironmentWriteSerializer(StrictSerializer):
     metadata = MetadataField(required=False)
     scope = serializers.ChoiceField(choices=SCOPES, required=False, allow_null=True)
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        if self.partial:
-            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
 
-
-class EnvironmentSerializer(ResponseSerializer):
+class EnvironmentSerializer(ArchivableObjectSerializer):
     """The environment object."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["environment"])
+    type = ConstantField("environment")
     name = serializers.CharField()
     description = serializers.CharField(allow_null=True)
-    metadata = serializers.DictField(child=serializers.CharField())
+    metadata = MetadataMapField()
     config = TaggedUnionField(CONFIG_KINDS, component_name="EnvironmentConfig")
     scope = serializers.ChoiceField(choices=SCOPES)
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
-
-    @classmethod
-    def render(cls, environment: Environment) -> dict[str, Any]:
-        return {
-            "id": environment.id,
-            "type": "environment",
-            "name": environment.name,
-            "description": environment.description,
-            "metadata": environment.metadata,
-            "config": environment.config,
-            "scope": environment.scope,
-            "created_at": timestamp(environment.created_at),
-            "updated_at": timestamp(environment.updated_at),
-            "archived_at": timestamp(environment.archived_at),
-        }

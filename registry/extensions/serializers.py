@@ -10,9 +10,8 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import StrictBooleanField, StrictCharField, StrictSerializer
-from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.serialization import ConstantField, CreatedObjectSerializer, TimestampedObjectSerializer
 from registry.extensions.catalog import GUARDRAIL_TYPES, PHASES
-from registry.extensions.models import Guardrail, ModelPrice
 
 ACTIONS = ("deny", "alert")
 
@@ -77,47 +76,23 @@ class ModelPriceWriteSerializer(StrictSerializer):
     effective_from = serializers.DateTimeField(required=False)
 
 
-class GuardrailSerializer(ResponseSerializer):
+class GuardrailSerializer(TimestampedObjectSerializer):
     """The guardrail object, as the API answers it and as a session's guardrail bundle carries it."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["guardrail"])
+    type = ConstantField("guardrail")
     name = serializers.CharField()
-    guardrail_type = serializers.ChoiceField(choices=sorted(GUARDRAIL_TYPES))
+    guardrail_type = serializers.ChoiceField(choices=sorted(GUARDRAIL_TYPES), source="type")
     config = serializers.DictField()
     phases = serializers.ListField(child=serializers.ChoiceField(choices=PHASES))
     action = serializers.ChoiceField(choices=ACTIONS)
     workspace_ids = serializers.ListField(child=serializers.CharField())
     enabled = serializers.BooleanField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-
-    @classmethod
-    def render(cls, guardrail: Guardrail) -> dict[str, Any]:
-        return {
-            "id": str(guardrail.pk),
-            "type": "guardrail",
-            "name": guardrail.name,
-            "guardrail_type": guardrail.type,
-            "config": guardrail.config,
-            "phases": guardrail.phases,
-            "action": guardrail.action,
-            "workspace_ids": guardrail.workspace_ids,
-            "enabled": guardrail.enabled,
-            "created_at": timestamp(guardrail.created_at),
-            "updated_at": timestamp(guardrail.updated_at),
-        }
 
 
-def _number(value: Decimal | None) -> float | None:
-    return None if value is None else float(value)
-
-
-class ModelPriceSerializer(ResponseSerializer):
+class ModelPriceSerializer(CreatedObjectSerializer):
     """A dated model price (US dollars per million tokens)."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["model_price"])
+    type = ConstantField("model_price")
     provider = serializers.CharField()
     model = serializers.CharField()
     input_per_1m = serializers.FloatField()
@@ -125,19 +100,3 @@ class ModelPriceSerializer(ResponseSerializer):
     cache_read_per_1m = serializers.FloatField(allow_null=True)
     cache_write_per_1m = serializers.FloatField(allow_null=True)
     effective_from = serializers.DateTimeField()
-    created_at = serializers.DateTimeField()
-
-    @classmethod
-    def render(cls, price: ModelPrice) -> dict[str, Any]:
-        return {
-            "id": str(price.pk),
-            "type": "model_price",
-            "provider": price.provider,
-            "model": price.model,
-            "input_per_1m": _number(price.input_per_1m),
-            "output_per_1m": _number(price.output_per_1m),
-            "cache_read_per_1m": _number(price.cache_read_per_1m),
-            "cache_write_per_1m": _number(price.cache_write_per_1m),
-            "effective_from": timestamp(price.effective_from),
-            "created_at": timestamp(price.created_at),
-        }

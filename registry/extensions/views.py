@@ -10,9 +10,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.authentication import IsOrganizationAdmin, IsWorkspaceMember
+from registry.core.callers import IsOrganizationAdmin, IsWorkspaceMember
 from registry.core.errors import not_found
-from registry.core.openapi import list_response
+from registry.core.fields import validated
+from registry.core.openapi import list_schema
 from registry.core.views import WorkspaceViewSet
 from registry.discovery.selectors import served_groups
 from registry.extensions import selectors, services
@@ -69,7 +70,7 @@ class GuardrailViewSet(ExtensionViewSet):
             raise not_found(f"Guardrail {self.kwargs['id']} not found.")
         return found[0]
 
-    @extend_schema(responses=list_response("GuardrailList", GuardrailSerializer))
+    @list_schema("GuardrailList", GuardrailSerializer)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.listing(self.render_many(selectors.visible_guardrails(self.principal.workspace_id)))
 
@@ -79,18 +80,14 @@ class GuardrailViewSet(ExtensionViewSet):
 
     @extend_schema(request=GuardrailWriteSerializer, responses=GuardrailSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        body = GuardrailWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        guardrail = services.guardrail_create(values=dict(body.validated_data))
-        return Response(self.render(guardrail))
+        values = validated(GuardrailWriteSerializer, request.data)
+        return Response(self.render(services.guardrail_create(values=values)))
 
     @extend_schema(request=GuardrailWriteSerializer, responses=GuardrailSerializer)
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         guardrail = self.guardrail()
-        body = GuardrailWriteSerializer(guardrail, data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        updated = services.guardrail_update(guardrail=guardrail, values=dict(body.validated_data))
-        return Response(self.render(updated))
+        values = validated(GuardrailWriteSerializer, request.data, instance=guardrail, partial=True)
+        return Response(self.render(services.guardrail_update(guardrail=guardrail, values=values)))
 
     @extend_schema(responses={200: dict})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -130,7 +127,7 @@ class ModelPriceViewSet(ExtensionViewSet):
     resource_type = "model_price"
     serializer_class = ModelPriceSerializer
 
-    @extend_schema(responses=list_response("ModelPriceList", ModelPriceSerializer))
+    @list_schema("ModelPriceList", ModelPriceSerializer)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         prices = selectors.effective_prices(
             provider=request.query_params.get("provider"), model=request.query_params.get("model")
@@ -139,10 +136,8 @@ class ModelPriceViewSet(ExtensionViewSet):
 
     @extend_schema(request=ModelPriceWriteSerializer, responses=ModelPriceSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        body = ModelPriceWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        price = services.model_price_create(values=dict(body.validated_data))
-        return Response(self.render(price))
+        values = validated(ModelPriceWriteSerializer, request.data)
+        return Response(self.render(services.model_price_create(values=values)))
 
     @extend_schema(responses={200: dict})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -1,15 +1,15 @@
 """Django admin for files: metadata only (name, type, size), never the content."""
 
 from django.contrib import admin
-from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from registry.core.admin import OneByOneDeletion, ReadOnlyAdmin
 from registry.files import services
 from registry.files.models import File
 
 
 @admin.register(File)
-class FileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class FileAdmin(OneByOneDeletion, ReadOnlyAdmin):
     """Files, read-only: uploads go through the API; a deletion here removes the bytes too."""
 
     list_display = ("id", "filename", "workspace", "mime_type", "size_bytes", "created_at", "expires_at")
@@ -17,15 +17,5 @@ class FileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("id", "workspace", "filename", "mime_type", "size_bytes", "created_at", "expires_at")
     exclude = ("storage_name",)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
     def delete_model(self, request: HttpRequest, obj: File) -> None:
         services.file_delete(file=obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[File]) -> None:
-        for file in queryset:
-            services.file_delete(file=file)

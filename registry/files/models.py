@@ -19,11 +19,7 @@ class File(WorkspaceResource):
     storage_name = models.CharField(max_length=1024)
     expires_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "created_at", "id"], name="file_list_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.filename} ({self.id})"
+    title_field = "filename"
 
     @property
     def expired(self) -> bool:

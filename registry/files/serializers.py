@@ -3,12 +3,10 @@ the documented upload and delete shapes."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
 
 from registry.core.fields import StrictSerializer
-from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.serialization import ConstantField, ObjectSerializer
 from registry.files.models import File
 
 EXPIRES_MIN_SECONDS = 3600
@@ -39,11 +37,10 @@ class FileScopeSerializer(serializers.Serializer):  # type: ignore[type-arg]
     type = serializers.ChoiceField(choices=["session"])
 
 
-class FileSerializer(ResponseSerializer):
+class FileSerializer(ObjectSerializer):
     """The file metadata object."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["file"])
+    type = ConstantField("file")
     filename = serializers.CharField()
     mime_type = serializers.CharField()
     size_bytes = serializers.IntegerField()
@@ -52,20 +49,14 @@ class FileSerializer(ResponseSerializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     scope = FileScopeSerializer(allow_null=True)
 
-    @classmethod
-    def render(cls, file: File) -> dict[str, Any]:
-        return {
-            "id": file.id,
-            "type": "file",
-            "filename": file.filename,
-            "mime_type": file.mime_type,
-            "size_bytes": file.size_bytes,
-            "created_at": timestamp(file.created_at),
-            "downloadable": not file.expired,
-            "expires_at": timestamp(file.expires_at),
-            # Only uploads exist so far; files a session creates would carry {"type": "session", "id": ...}.
-            "scope": None,
-        }
+    @staticmethod
+    def get_downloadable(file: File) -> bool:
+        return not file.expired
+
+    @staticmethod
+    def get_scope(file: File) -> None:
+        # Only uploads exist so far; files a session creates would carry {"type": "session", "id": ...}.
+        return None
 
 
 class FileDeletedSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -13,7 +13,8 @@ from rest_framework.response import Response
 
 from registry.core.downloads import AnyAcceptNegotiation, attachment
 from registry.core.errors import invalid_request
-from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.fields import validated
+from registry.core.openapi import LIST_PARAMETERS, list_schema
 from registry.core.pagination import KeysetPagination
 from registry.core.uploads import file_parts, read_multipart
 from registry.core.views import DeleteMixin, WorkspaceViewSet
@@ -37,16 +38,13 @@ IDS_PARAMETER = OpenApiParameter(
 @extend_schema_view(
     create=extend_schema(request={"multipart/form-data": FileUploadSerializer}, responses=FileSerializer),
     retrieve=extend_schema(responses=FileSerializer),
-    list=extend_schema(
-        parameters=[*LIST_PARAMETERS[:3], IDS_PARAMETER], responses=list_response("FileList", FileSerializer)
-    ),
+    list=list_schema("FileList", FileSerializer, *LIST_PARAMETERS[:3], IDS_PARAMETER),
     destroy=extend_schema(responses=FileDeletedSerializer),
 )
 class FileViewSet(DeleteMixin, WorkspaceViewSet):
     """`/v1/files`: multipart uploads up to REGISTRY_MAX_UPLOAD_BYTES (413 beyond), kept in the storage."""
 
     model = File
-    resource_type = "file"
     serializer_class = FileSerializer
     parser_classes = [MultiPartParser]
     content_negotiation_class = AnyAcceptNegotiation
@@ -54,15 +52,14 @@ class FileViewSet(DeleteMixin, WorkspaceViewSet):
 
     def create(self, request: Request) -> Response:
         with read_multipart(request) as (fields, parts):
-            body = FileUploadFieldsSerializer(data=fields.dict())
-            body.is_valid(raise_exception=True)
+            values = validated(FileUploadFieldsSerializer, fields.dict())
             found = file_parts(parts, "file")
             if len(found) != 1:
                 raise invalid_request("file: exactly one file part (with a filename) is required.")
             file = services.file_upload(
                 workspace=self.principal.workspace,
                 part=found[0],
-                expires_in_seconds=body.validated_data.get("expires_in_seconds"),
+                expires_in_seconds=values.get("expires_in_seconds"),
             )
         return Response(self.render(file))
 

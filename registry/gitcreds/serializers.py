@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictSerializer
-from registry.core.serialization import ResponseSerializer, timestamp
-from registry.gitcreds.models import GitCredential
+from registry.core.serialization import ArchivableObjectSerializer, ConstantField, MetadataMapField
 
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = rf"^(?=.{{1,253}}$){LABEL}(?:\.{LABEL})*(?::\d{{1,5}})?$"
@@ -22,40 +19,17 @@ class GitCredentialWriteSerializer(StrictSerializer):
     display_name = StrictCharField(required=False, allow_null=True, max_length=255)
     metadata = MetadataField(required=False)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.partial:
-            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
-
     def validate_token(self, value: str) -> str:
         if any(character.isspace() for character in value):
             raise serializers.ValidationError("must not contain whitespace.")
         return value
 
 
-class GitCredentialSerializer(ResponseSerializer):
+class GitCredentialSerializer(ArchivableObjectSerializer):
     """The git credential object; the token is never part of it."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["git_credential"])
+    type = ConstantField("git_credential")
     display_name = serializers.CharField(allow_null=True)
     host = serializers.CharField()
     username = serializers.CharField()
-    metadata = serializers.DictField(child=serializers.CharField())
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
-
-    @classmethod
-    def render(cls, credential: GitCredential) -> dict[str, Any]:
-        return {
-            "id": credential.id,
-            "type": "git_credential",
-            "display_name": credential.display_name,
-            "host": credential.host,
-            "username": credential.username,
-            "metadata": credential.metadata,
-            "created_at": timestamp(credential.created_at),
-            "updated_at": timestamp(credential.updated_at),
-            "archived_at": timestamp(credential.archived_at),
-        }
+    metadata = MetadataMapField()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import django_filters
 
+from registry.core.filters import CreatedAtRangeFilter
 from registry.memory.models import MemoryStore, MemoryVersion
 
 
-class MemoryStoreFilter(django_filters.FilterSet):
-    created_at_gte = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_at_lte = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
-
+class MemoryStoreFilter(CreatedAtRangeFilter):
     class Meta:
         model = MemoryStore
         fields: list[str] = []

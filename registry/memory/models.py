@@ -17,9 +17,6 @@ class MemoryStore(ArchivableResource):
     class Meta:
         indexes = [models.Index(fields=["workspace", "created_at", "id"], name="memory_store_list_idx")]
 
-    def __str__(self) -> str:
-        return f"{self.name} ({self.id})"
-
 
 class Memory(models.Model):
     """A live memory; its path is unique within the store."""

@@ -7,23 +7,48 @@ precondition serialize and exactly one wins; paths are unique per store by a con
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from registry.core.authentication import Principal
+from registry.core.callers import Caller
 from registry.core.errors import ApiError, ErrorType, conflict, invalid_request
 from registry.core.services import apply_updates
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
 from registry.workspaces.models import Workspace
 
+# What a memory may be, checked by the API and by the runtime's sync of a memory folder.
+MAX_PATH_BYTES = 1024
+MAX_SEGMENTS = 20
+MAX_CONTENT_BYTES = 102_400
+FORBIDDEN_CATEGORIES = {"Cc", "Cf", "Zl", "Zp"}
 
-def actor_of(principal: Principal) -> dict[str, str]:
+
+def path_problem(path: str) -> str | None:
+    """Why `path` is not a valid memory path, or None."""
+    if not path.startswith("/"):
+        return "must start with '/'."
+    if unicodedata.normalize("NFC", path) != path:
+        return "must be in Unicode Normalization Form C."
+    if len(path.encode()) > MAX_PATH_BYTES:
+        return f"must be at most {MAX_PATH_BYTES} bytes."
+    if any(unicodedata.category(character) in FORBIDDEN_CATEGORIES for character in path):
+        return "must not contain control, format or separator characters."
+    segments = path[1:].split("/")
+    if not 1 <= len(segments) <= MAX_SEGMENTS:
+        return f"must have 1 to {MAX_SEGMENTS} segments."
+    if any(segment in ("", ".", "..") for segment in segments):
+        return "segments must not be empty, '.' or '..'."
+    return None
+
+
+def actor_of(caller: Caller) -> dict[str, str]:
     """Who made a change, as the reference client's actor objects."""
-    if principal.credential_kind == "api_key":
-        return {"type": "api_actor", "api_key_id": principal.subject}
-    return {"type": "user_actor", "user_id": principal.subject}
+    if caller.credential_kind == "api_key":
+        return {"type": "api_actor", "api_key_id": caller.subject}
+    return {"type": "user_actor", "user_id": caller.subject}
 
 
 def sha256_of(content: str) -> str:

@@ -11,9 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.core.errors import flatten_validation_detail, invalid_request
-from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_response, resource_schema
+from registry.core.fields import validated
+from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_schema
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
-from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices
 from registry.memory import selectors, services
 from registry.memory.filters import MemoryStoreFilter, MemoryVersionFilter
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
@@ -28,23 +29,19 @@ from registry.memory.serializers import (
 )
 
 VIEW = OpenApiParameter("view", OpenApiTypes.STR, enum=["basic", "full"])
+PATH_PREFIX = OpenApiParameter("path_prefix", OpenApiTypes.STR)
+DEPTH = OpenApiParameter("depth", OpenApiTypes.INT)
+MEMORY_ID = OpenApiParameter("memory_id", OpenApiTypes.STR)
+OPERATION = OpenApiParameter("operation", OpenApiTypes.STR)
 FULL_VIEW_PAGE_LIMIT = 20
 
 
-@resource_schema("memory_store", read=MemoryStoreSerializer, write=MemoryStoreWriteSerializer)
 class MemoryStoreViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = MemoryStore
-    resource_type = "memory_store"
     serializer_class = MemoryStoreSerializer
     filterset_class = MemoryStoreFilter
-
     write_serializer = MemoryStoreWriteSerializer
-
-    def create_instance(self, values: dict[str, Any]) -> MemoryStore:
-        return services.memory_store_create(workspace=self.principal.workspace, values=values)
-
-    def update_instance(self, instance: MemoryStore, values: dict[str, Any]) -> MemoryStore:
-        return services.memory_store_update(store=instance, values=values)
+    write_services = WriteServices(services.memory_store_create, services.memory_store_update, "store")
 
 
 class StoreContentsViewSet(WorkspaceViewSet):
@@ -61,6 +58,10 @@ class StoreContentsViewSet(WorkspaceViewSet):
     def actor(self) -> dict[str, str]:
         return services.actor_of(self.principal)
 
+    def full_view(self, default: str) -> bool:
+        """`view`: True for `full`, `default` when omitted."""
+        return selectors.parse_view(self.request.query_params.get("view"), default)
+
 
 class MemoryViewSet(StoreContentsViewSet):
     """Memories: create, list (path_prefix, depth, view), retrieve, update (precondition), delete."""
@@ -72,9 +73,7 @@ class MemoryViewSet(StoreContentsViewSet):
 
     @extend_schema(request=MemoryCreateSerializer, responses=MemorySerializer)
     def create(self, request: Request, id: str) -> Response:
-        body = MemoryCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        values = body.validated_data
+        values = validated(MemoryCreateSerializer, request.data)
         memory = services.memory_create(
             store=self.store(), path=values["path"], content=values["content"] or "", actor=self.actor
         )
@@ -82,16 +81,15 @@ class MemoryViewSet(StoreContentsViewSet):
 
     @extend_schema(parameters=[VIEW], responses=MemorySerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        full = selectors.parse_view(request.query_params.get("view"), "full")
+        full = self.full_view("full")
         return Response(MemorySerializer.render(self.memory(), full=full))
 
     @extend_schema(request=MemoryUpdateSerializer, responses=MemorySerializer)
     def partial_update(self, request: Request, id: str, memory_id: str) -> Response:
         memory = self.memory()
-        body = MemoryUpdateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        updated = services.memory_update(memory=memory, values=dict(body.validated_data), actor=self.actor)
-        return Response(MemorySerializer.render(updated, full=body.validated_data.get("view") == "full"))
+        values = validated(MemoryUpdateSerializer, request.data)
+        updated = services.memory_update(memory=memory, values=values, actor=self.actor)
+        return Response(MemorySerializer.render(updated, full=values.get("view") == "full"))
 
     @extend_schema(
         parameters=[OpenApiParameter("expected_content_sha256", OpenApiTypes.STR)], responses=deleted_response("memory")
@@ -103,18 +101,10 @@ class MemoryViewSet(StoreContentsViewSet):
         )
         return Response({"id": memory_id, "type": "memory_deleted"})
 
-    @extend_schema(
-        parameters=[
-            *LIST_PARAMETERS[:2],
-            VIEW,
-            OpenApiParameter("path_prefix", OpenApiTypes.STR),
-            OpenApiParameter("depth", OpenApiTypes.INT),
-        ],
-        responses=list_response("MemoryList", MemorySerializer),
-    )
+    @list_schema("MemoryList", MemorySerializer, *LIST_PARAMETERS[:2], VIEW, PATH_PREFIX, DEPTH)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         params = request.query_params
-        full = selectors.parse_view(params.get("view"), "basic")
+        full = self.full_view("basic")
         limit = parse_limit(params.get("limit"))
         if full and limit > FULL_VIEW_PAGE_LIMIT:
             raise invalid_request(f"limit: with view=full a page holds at most {FULL_VIEW_PAGE_LIMIT} items.")
@@ -160,17 +150,9 @@ class MemoryVersionViewSet(StoreContentsViewSet):
     def version(self) -> MemoryVersion:
         return selectors.memory_version_get(store=self.store(), version_id=self.kwargs["version_id"])
 
-    @extend_schema(
-        parameters=[
-            *LIST_PARAMETERS[:3],
-            VIEW,
-            OpenApiParameter("memory_id", OpenApiTypes.STR),
-            OpenApiParameter("operation", OpenApiTypes.STR),
-        ],
-        responses=list_response("MemoryVersionList", MemoryVersionSerializer),
-    )
+    @list_schema("MemoryVersionList", MemoryVersionSerializer, *LIST_PARAMETERS[:3], VIEW, MEMORY_ID, OPERATION)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        full = selectors.parse_view(request.query_params.get("view"), "basic")
+        full = self.full_view("basic")
         versions = MemoryVersionFilter(request.query_params, queryset=selectors.memory_versions(store=self.store()))
         if not versions.is_valid():
             raise serializers.ValidationError(versions.errors)
@@ -179,7 +161,7 @@ class MemoryVersionViewSet(StoreContentsViewSet):
 
     @extend_schema(parameters=[VIEW], responses=MemoryVersionSerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        full = selectors.parse_view(request.query_params.get("view"), "full")
+        full = self.full_view("full")
         return Response(MemoryVersionSerializer.render(self.version(), full=full))
 
     @extend_schema(request=None, responses=MemoryVersionSerializer)

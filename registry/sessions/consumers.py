@@ -20,8 +20,9 @@ from channels.generic.http import AsyncHttpConsumer
 from django.conf import settings
 from django.http import HttpRequest
 from rest_framework import exceptions as drf_exceptions
+from rest_framework.views import APIView
 
-from registry.core.authentication import Principal, WorkspaceAuthentication
+from registry.core.callers import Caller
 from registry.core.errors import ErrorType, error_body
 from registry.core.ids import new_id
 from registry.sessions import notify, selectors
@@ -179,14 +180,20 @@ class StreamRefused(Exception):
 
 
 @database_sync_to_async
-def _authenticate(meta: dict[str, str]) -> Principal | None:
+def _authenticate(meta: dict[str, str]) -> Caller | None:
+    """The caller, by the API's own authentication (settings: DEFAULT_AUTHENTICATION_CLASSES)."""
     request = HttpRequest()
     request.META = meta
-    result = WorkspaceAuthentication().authenticate(request)  # type: ignore[arg-type]
-    return result[0] if result else None
+    for authenticator in APIView().get_authenticators():
+        result = authenticator.authenticate(request)  # type: ignore[arg-type]
+        if result is not None:
+            caller = result[0]
+            assert isinstance(caller, Caller)
+            return caller
+    return None
 
 
-async def authenticate(headers: dict[str, str]) -> Principal:
+async def authenticate(headers: dict[str, str]) -> Caller:
     meta = {"HTTP_" + name.upper().replace("-", "_"): value for name, value in headers.items()}
     try:
         principal = await _authenticate(meta)
@@ -197,7 +204,7 @@ async def authenticate(headers: dict[str, str]) -> Principal:
     return principal
 
 
-def find_session(principal: Principal, session_id: str) -> Session:
+def find_session(principal: Caller, session_id: str) -> Session:
     session = Session.objects.filter(workspace_id=principal.workspace_id, pk=session_id).only("id", "last_seq").first()
     if session is None:
         raise StreamRefused(404, ErrorType.NOT_FOUND, f"Session {session_id} not found.")

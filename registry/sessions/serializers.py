@@ -11,7 +11,13 @@ from rest_framework import serializers
 
 from registry.agents.services import SPEC_FIELDS
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer, TaggedUnionField
-from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.serialization import (
+    ArchivableObjectSerializer,
+    ConstantField,
+    MetadataMapField,
+    ResponseSerializer,
+    timestamp,
+)
 from registry.core.tracing import TRACEPARENT_FIELD
 from registry.sessions.events import ENVELOPE_FIELDS, INITIAL_EVENT_SERIALIZERS, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
@@ -169,16 +175,15 @@ class SessionUpdateSerializer(StrictSerializer):
 AGENT_SNAPSHOT_FIELDS = tuple(field for field in SPEC_FIELDS if field != "metadata")
 
 
-class SessionSerializer(ResponseSerializer):
+class SessionSerializer(ArchivableObjectSerializer):
     """The session object: `agent` is the definition the session runs (its snapshot at creation)."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["session"])
+    type = ConstantField("session")
     agent = serializers.DictField()
     environment_id = serializers.CharField()
     harness = HarnessSerializer()
     title = serializers.CharField(allow_null=True)
-    metadata = serializers.DictField(child=serializers.CharField())
+    metadata = MetadataMapField()
     vault_ids = serializers.ListField(child=serializers.CharField())
     resources = serializers.ListField(child=serializers.DictField())
     status = serializers.ChoiceField(choices=["idle", "running", "rescheduling", "terminated"])
@@ -187,9 +192,6 @@ class SessionSerializer(ResponseSerializer):
     stats = serializers.DictField()
     outcome_evaluations = serializers.ListField(child=serializers.DictField())
     budget = BudgetSerializer(allow_null=True)
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
 
     @classmethod
     def render(cls, session: Session) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.errors import invalid_request, not_found
-from registry.core.fields import TaggedUnionField
-from registry.core.openapi import LIST_PARAMETERS, list_response, resource_schema
-from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token
-from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
+from registry.core.errors import not_found
+from registry.core.fields import TaggedUnionField, validated
+from registry.core.openapi import LIST_PARAMETERS, list_schema
+from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices, object_action
 from registry.sessions import resources, selectors, services
 from registry.sessions.events import SendEventsSerializer, validated_events
 from registry.sessions.filters import EventFilter, SessionFilter
@@ -33,6 +33,7 @@ from registry.sessions.serializers import (
 )
 
 NATIVE_HEADER = "HTTP_NATIVE_BETA"
+TYPES_PARAMETER = OpenApiParameter("types", OpenApiTypes.STR, many=True)
 
 
 def is_native(request: Request) -> bool:
@@ -40,32 +41,16 @@ def is_native(request: Request) -> bool:
     return bool(request.META.get(NATIVE_HEADER, "").strip())
 
 
-@resource_schema(
-    "session",
-    read=SessionSerializer,
-    write=SessionCreateSerializer,
-    update=SessionUpdateSerializer,
-    with_prev_page=True,
-)
 class SessionViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Session
-    resource_type = "session"
     serializer_class = SessionSerializer
     filterset_class = SessionFilter
     pagination = KeysetPagination(with_prev_page=True)
-
     write_serializer = SessionCreateSerializer
     update_serializer = SessionUpdateSerializer
+    write_services = WriteServices(services.session_create, services.session_update, "session")
 
-    def create_instance(self, values: dict[str, Any]) -> Session:
-        return services.session_create(workspace=self.principal.workspace, values=values)
-
-    def update_instance(self, instance: Session, values: dict[str, Any]) -> Session:
-        return services.session_update(session=instance, values=values)
-
-    @extend_schema(request=None)
-    def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(self.render(services.session_archive(session=self.get_object())))
+    archive = object_action(services.session_archive, "session")
 
     def perform_delete(self, instance: Session) -> None:
         services.session_delete(session=instance)
@@ -101,10 +86,7 @@ class SessionEventViewSet(WorkspaceViewSet):
     archivable = False
     pagination = KeysetPagination(keys=("seq",), default_order="asc", with_prev_page=True)
 
-    @extend_schema(
-        parameters=[*LIST_PARAMETERS[:3], OpenApiParameter("types", OpenApiTypes.STR, many=True)],
-        responses=list_response("SessionEventList", EventSerializer, with_prev_page=True),
-    )
+    @list_schema("SessionEventList", EventSerializer, *LIST_PARAMETERS[:3], TYPES_PARAMETER, with_prev_page=True)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         session = self.get_object()
         native = is_native(request)
@@ -152,7 +134,8 @@ class SessionResourceViewSet(WorkspaceViewSet):
             after = decode_cursor_token(request.query_params["page"])
             ids = [record["id"] for record in records]
             records = records[ids.index(after) + 1 :] if after in ids else []
-        limit = _resource_limit(request.query_params.get("limit"))
+        # `limit`: 1 to 1000; omitted, every resource.
+        limit = parse_limit(request.query_params.get("limit"), default=RESOURCE_LIST_MAX, maximum=RESOURCE_LIST_MAX)
         page, rest = records[:limit], records[limit:]
         return Response({"data": page, "next_page": encode_cursor_token(page[-1]["id"]) if rest else None})
 
@@ -176,12 +159,9 @@ class SessionResourceViewSet(WorkspaceViewSet):
 
     @extend_schema(request=SessionResourceUpdateSerializer, responses=OpenApiTypes.OBJECT)
     def partial_update(self, request: Request, id: str, resource_id: str) -> Response:
-        body = SessionResourceUpdateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        values = validated(SessionResourceUpdateSerializer, request.data)
         record = resources.resource_update(
-            session=self.get_object(),
-            resource_id=resource_id,
-            authorization_token=body.validated_data["authorization_token"],
+            session=self.get_object(), resource_id=resource_id, authorization_token=values["authorization_token"]
         )
         return Response(selectors.public_resource(record))
 
@@ -193,12 +173,3 @@ class SessionResourceViewSet(WorkspaceViewSet):
     def destroy(self, request: Request, id: str, resource_id: str) -> Response:
         resources.resource_delete(session=self.get_object(), resource_id=resource_id)
         return Response({"id": resource_id, "type": "session_resource_deleted"})
-
-
-def _resource_limit(raw: str | None) -> int:
-    """`limit`: 1 to 1000; omitted, every resource."""
-    if raw in (None, ""):
-        return RESOURCE_LIST_MAX
-    if not raw.isdigit() or not 1 <= int(raw) <= RESOURCE_LIST_MAX:
-        raise invalid_request(f"limit: must be an integer from 1 to {RESOURCE_LIST_MAX}.")
-    return int(raw)

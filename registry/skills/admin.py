@@ -1,9 +1,9 @@
 """Django admin for skills: skills with their versions, and each version's file list (path and size only)."""
 
 from django.contrib import admin
-from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from registry.core.admin import OneByOneDeletion, ReadOnlyAdmin
 from registry.skills import services
 from registry.skills.models import Skill, SkillFile, SkillVersion
 
@@ -30,7 +30,7 @@ class SkillFileInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Skill)
-class SkillAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SkillAdmin(OneByOneDeletion, ReadOnlyAdmin):
     """Skills, read-only: uploads go through the API; a deletion here removes the bundles' bytes too."""
 
     list_display = ("id", "display_name", "name", "workspace", "latest_version", "created_at")
@@ -38,34 +38,16 @@ class SkillAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("id", "workspace", "name", "display_name", "latest_version", "created_at", "updated_at")
     inlines = [SkillVersionInline]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
     def delete_model(self, request: HttpRequest, obj: Skill) -> None:
         services.skill_delete(skill=obj)
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Skill]) -> None:
-        for skill in queryset:
-            services.skill_delete(skill=skill)
-
 
 @admin.register(SkillVersion)
-class SkillVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SkillVersionAdmin(ReadOnlyAdmin):
     """One version and its file list, read-only."""
 
     list_display = ("version", "skill", "name", "created_at")
     search_fields = ("skill__id", "name", "version")
     readonly_fields = ("skill", "version", "name", "description", "created_at")
     inlines = [SkillFileInline]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+    deletable = False

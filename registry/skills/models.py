@@ -16,11 +16,7 @@ class Skill(WorkspaceResource):
     display_name = models.CharField(max_length=255)
     latest_version = models.CharField(max_length=32)
 
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "created_at", "id"], name="skill_list_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.display_name} ({self.id})"
+    title_field = "display_name"
 
 
 class SkillVersion(models.Model):

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import serializers
 
 from registry.core.fields import StrictSerializer
-from registry.core.serialization import ResponseSerializer, timestamp
-from registry.skills.models import Skill, SkillVersion
+from registry.core.serialization import ConstantField, CreatedObjectSerializer, TimestampedObjectSerializer
+from registry.skills.models import Skill
 
 SOURCES = ("custom", "anthropic", "anthropic_example", "plugin")
 
@@ -42,50 +40,27 @@ class SkillSourceSerializer(serializers.Serializer):  # type: ignore[type-arg]
     type = serializers.ChoiceField(choices=SOURCES)
 
 
-class SkillSerializer(ResponseSerializer):
+class SkillSerializer(TimestampedObjectSerializer):
     """The skill object."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["skill"])
+    type = ConstantField("skill")
     display_name = serializers.CharField()
-    latest_version_id = serializers.CharField()
+    latest_version_id = serializers.CharField(source="latest_version")
     source = SkillSourceSerializer()  # type: ignore[assignment]  # a field named like Field.source
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
 
-    @classmethod
-    def render(cls, skill: Skill) -> dict[str, Any]:
-        return {
-            "id": skill.id,
-            "type": "skill",
-            "display_name": skill.display_name,
-            "latest_version_id": skill.latest_version,
-            "source": {"type": "custom"},
-            "created_at": timestamp(skill.created_at),
-            "updated_at": timestamp(skill.updated_at),
-        }
+    @staticmethod
+    def get_source(skill: Skill) -> dict[str, str]:
+        return {"type": "custom"}
 
 
-class SkillVersionSerializer(ResponseSerializer):
+class SkillVersionSerializer(CreatedObjectSerializer):
     """The skill version object."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["skill_version"])
+    id = serializers.CharField(source="version")
+    type = ConstantField("skill_version")
     skill_id = serializers.CharField()
     name = serializers.CharField()
     description = serializers.CharField()
-    created_at = serializers.DateTimeField()
-
-    @classmethod
-    def render(cls, version: SkillVersion) -> dict[str, Any]:
-        return {
-            "id": version.version,
-            "type": "skill_version",
-            "skill_id": version.skill_id,
-            "name": version.name,
-            "description": version.description,
-            "created_at": timestamp(version.created_at),
-        }
 
 
 class SkillDeletedSerializer(serializers.Serializer):  # type: ignore[type-arg]

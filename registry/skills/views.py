@@ -15,7 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from registry.core.downloads import AnyAcceptNegotiation, attachment
-from registry.core.openapi import LIST_PARAMETERS, list_response
+from registry.core.fields import validated
+from registry.core.openapi import LIST_PARAMETERS, list_schema
 from registry.core.pagination import KeysetPagination
 from registry.core.uploads import file_parts, read_multipart
 from registry.core.views import DeleteMixin, WorkspaceViewSet
@@ -47,24 +48,20 @@ def read_upload(
 ) -> Iterator[tuple[dict[str, Any], Bundle]]:
     """The validated form fields and bundle of a skill upload (`files` parts, paths as their filenames)."""
     with read_multipart(request) as (fields, parts):
-        body = fields_serializer(data=fields.dict())
-        body.is_valid(raise_exception=True)
-        yield dict(body.validated_data), parse_bundle(file_parts(parts, "files", "files[]"))
+        values = validated(fields_serializer, fields.dict())
+        yield values, parse_bundle(file_parts(parts, "files", "files[]"))
 
 
 @extend_schema_view(
     create=extend_schema(request=UPLOAD, responses=SkillSerializer),
     retrieve=extend_schema(responses=SkillSerializer),
-    list=extend_schema(
-        parameters=[*LIST_PARAMETERS[:3], SOURCE_PARAMETER], responses=list_response("SkillList", SkillSerializer)
-    ),
+    list=list_schema("SkillList", SkillSerializer, *LIST_PARAMETERS[:3], SOURCE_PARAMETER),
     destroy=extend_schema(responses=SkillDeletedSerializer),
 )
 class SkillViewSet(DeleteMixin, WorkspaceViewSet):
     """`/v1/skills`: custom skills, created from an uploaded bundle (its first version)."""
 
     model = Skill
-    resource_type = "skill"
     serializer_class = SkillSerializer
     filterset_class = SkillFilter
     parser_classes = [MultiPartParser]
@@ -83,9 +80,7 @@ class SkillViewSet(DeleteMixin, WorkspaceViewSet):
 
 @extend_schema_view(
     create=extend_schema(request=UPLOAD, responses=SkillVersionSerializer),
-    list=extend_schema(
-        parameters=LIST_PARAMETERS[:3], responses=list_response("SkillVersionList", SkillVersionSerializer)
-    ),
+    list=list_schema("SkillVersionList", SkillVersionSerializer, *LIST_PARAMETERS[:3]),
     retrieve=extend_schema(parameters=[VERSION_PARAMETER], responses=SkillVersionSerializer),
     destroy=extend_schema(parameters=[VERSION_PARAMETER], responses=SkillVersionDeletedSerializer),
 )

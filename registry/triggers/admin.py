@@ -3,12 +3,9 @@ keep `next_fire_at` and `status` consistent with the schedule."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
-from registry.core.admin import ReadOnlyInline
+from registry.core.admin import ReadOnlyAdmin, ReadOnlyInline
 from registry.triggers.models import Trigger, TriggerFire
 
 
@@ -19,14 +16,8 @@ class TriggerFireInline(ReadOnlyInline):
 
 
 @admin.register(Trigger)
-class TriggerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TriggerAdmin(ReadOnlyAdmin):
     list_display = ("id", "name", "workspace", "schedule", "timezone", "status", "next_fire_at", "last_fired_at")
     list_filter = ("status",)
     search_fields = ("id", "name")
     inlines = [TriggerFireInline]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -48,9 +48,6 @@ class Trigger(ArchivableResource):
             models.Index(fields=["status", "next_fire_at"], name="trigger_due_idx"),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.name} ({self.id})"
-
 
 # The statuses the scheduler fires: `error` only says the last fire failed, the schedule goes on.
 SCHEDULED_STATUSES = (Trigger.Status.ACTIVE, Trigger.Status.ERROR)

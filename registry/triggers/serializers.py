@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer
-from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.serialization import ArchivableObjectSerializer, ConstantField, timestamp
 from registry.sessions.serializers import AgentReferenceField
 from registry.triggers.models import Trigger
 from registry.triggers.schedule import check_schedule, check_timezone
@@ -45,11 +45,6 @@ class SessionTemplateSerializer(StrictSerializer):
     )
     metadata = MetadataField(required=False)
     vault_ids = serializers.ListField(child=serializers.RegexField(VAULT_ID), required=False, max_length=VAULTS_MAX)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.partial:
-            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
 
     def validate_title_template(self, value: str | None) -> str | None:
         return value if value is None else checked(check_title_template, value)
@@ -89,11 +84,10 @@ class TriggerAgentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     version = serializers.IntegerField()
 
 
-class TriggerSerializer(ResponseSerializer):
+class TriggerSerializer(ArchivableObjectSerializer):
     """The trigger object."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["trigger"])
+    type = ConstantField("trigger")
     name = serializers.CharField()
     agent = TriggerAgentSerializer()
     session_mode = serializers.ChoiceField(choices=Trigger.SessionMode.values)
@@ -104,9 +98,6 @@ class TriggerSerializer(ResponseSerializer):
     next_fire_at = serializers.DateTimeField(allow_null=True)
     last_fired_at = serializers.DateTimeField(allow_null=True)
     error = serializers.CharField(allow_null=True)
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
 
     @classmethod
     def render(cls, trigger: Trigger) -> dict[str, Any]:

@@ -3,8 +3,7 @@
 from django.contrib import admin
 from django.utils.safestring import SafeString
 
-from registry.core.admin import ArchivedFilter, ReadOnlyInline, changelist_link
-from registry.sessions.models import Session
+from registry.core.admin import ArchivableAdmin, ReadOnlyInline, changelist_link
 from registry.vaults.models import Vault, VaultCredential
 
 
@@ -19,9 +18,8 @@ class VaultCredentialInline(ReadOnlyInline):
 
 
 @admin.register(Vault)
-class VaultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class VaultAdmin(ArchivableAdmin):
     list_display = ("id", "display_name", "workspace", "created_at", "archived_at")
-    list_filter = (ArchivedFilter,)
     list_select_related = ("workspace",)
     search_fields = ("id", "display_name")
     readonly_fields = ("id", "sessions", "created_at", "updated_at")
@@ -29,13 +27,12 @@ class VaultAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="sessions")
     def sessions(self, vault: Vault) -> SafeString:
-        return changelist_link(Session, "sessions using this vault", vault_ids__icontains=vault.pk)
+        return changelist_link("agent_sessions.Session", "sessions using this vault", vault_ids__icontains=vault.pk)
 
 
 @admin.register(VaultCredential)
-class VaultCredentialAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class VaultCredentialAdmin(ArchivableAdmin):
     list_display = ("id", "display_name", "vault", "created_at", "archived_at")
-    list_filter = (ArchivedFilter,)
     list_select_related = ("vault",)
     search_fields = ("id", "display_name")
     exclude = ("sealed",)

@@ -13,11 +13,7 @@ class Vault(ArchivableResource):
     display_name = models.CharField(max_length=255)
     metadata = models.JSONField(default=dict)
 
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "created_at", "id"], name="vault_list_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.display_name} ({self.id})"
+    title_field = "display_name"
 
 
 class VaultCredential(ArchivableResource):

@@ -15,9 +15,8 @@ from registry.core.fields import (
     TaggedUnionField,
     validate_http_url,
 )
-from registry.core.serialization import ResponseSerializer, timestamp
+from registry.core.serialization import ArchivableObjectSerializer, ConstantField, MetadataMapField
 from registry.sandbox.hostnames import MAX_CREDENTIAL_HOSTS, parse_host_entry
-from registry.vaults.models import Vault, VaultCredential
 
 
 def secret_field() -> StrictCharField:
@@ -156,11 +155,6 @@ class VaultWriteSerializer(StrictSerializer):
     display_name = StrictCharField(min_length=1, max_length=255)
     metadata = MetadataField(required=False)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.partial:
-            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
-
 
 class CredentialWriteSerializer(StrictSerializer):
     """Create (`partial=False`) and update (`partial=True`: `auth` in the update shapes, merged into the
@@ -173,57 +167,22 @@ class CredentialWriteSerializer(StrictSerializer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.partial:
-            self.fields["metadata"] = MetadataField(required=False, allow_null_values=True)
             self.fields["auth"] = TaggedUnionField(AUTH_UPDATE_KINDS, component_name="CredentialAuthUpdate")
 
 
-class VaultSerializer(ResponseSerializer):
+class VaultSerializer(ArchivableObjectSerializer):
     """The vault object."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["vault"])
+    type = ConstantField("vault")
     display_name = serializers.CharField()
-    metadata = serializers.DictField(child=serializers.CharField())
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
-
-    @classmethod
-    def render(cls, vault: Vault) -> dict[str, Any]:
-        return {
-            "id": vault.id,
-            "type": "vault",
-            "display_name": vault.display_name,
-            "metadata": vault.metadata,
-            "created_at": timestamp(vault.created_at),
-            "updated_at": timestamp(vault.updated_at),
-            "archived_at": timestamp(vault.archived_at),
-        }
+    metadata = MetadataMapField()
 
 
-class CredentialSerializer(ResponseSerializer):
+class CredentialSerializer(ArchivableObjectSerializer):
     """The credential object: `auth` without any secret."""
 
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["vault_credential"])
+    type = ConstantField("vault_credential")
     vault_id = serializers.CharField()
     display_name = serializers.CharField(allow_null=True)
-    metadata = serializers.DictField(child=serializers.CharField())
+    metadata = MetadataMapField()
     auth = serializers.DictField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
-    archived_at = serializers.DateTimeField(allow_null=True)
-
-    @classmethod
-    def render(cls, credential: VaultCredential) -> dict[str, Any]:
-        return {
-            "id": credential.id,
-            "type": "vault_credential",
-            "vault_id": credential.vault_id,
-            "display_name": credential.display_name,
-            "metadata": credential.metadata,
-            "auth": credential.auth,
-            "created_at": timestamp(credential.created_at),
-            "updated_at": timestamp(credential.updated_at),
-            "archived_at": timestamp(credential.archived_at),
-        }

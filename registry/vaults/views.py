@@ -8,9 +8,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_response, resource_schema
+from registry.core.fields import validated
+from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_schema
 from registry.core.services import resource_archive
-from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices
 from registry.vaults import selectors, services
 from registry.vaults.models import Vault, VaultCredential
 from registry.vaults.serializers import (
@@ -21,19 +22,11 @@ from registry.vaults.serializers import (
 )
 
 
-@resource_schema("vault", read=VaultSerializer, write=VaultWriteSerializer)
 class VaultViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     model = Vault
-    resource_type = "vault"
     serializer_class = VaultSerializer
-
     write_serializer = VaultWriteSerializer
-
-    def create_instance(self, values: dict[str, Any]) -> Vault:
-        return services.vault_create(workspace=self.principal.workspace, values=values)
-
-    def update_instance(self, instance: Vault, values: dict[str, Any]) -> Vault:
-        return services.vault_update(vault=instance, values=values)
+    write_services = WriteServices(services.vault_create, services.vault_update, "vault")
 
 
 class CredentialViewSet(WorkspaceViewSet):
@@ -47,7 +40,7 @@ class CredentialViewSet(WorkspaceViewSet):
     def credential(self) -> VaultCredential:
         return selectors.credential_get(vault=self.get_object(), credential_id=self.kwargs["credential_id"])
 
-    @extend_schema(parameters=LIST_PARAMETERS, responses=list_response("CredentialList", CredentialSerializer))
+    @list_schema("CredentialList", CredentialSerializer, *LIST_PARAMETERS)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         archived = request.query_params.get("include_archived", "").lower() in ("true", "1")
         credentials = selectors.vault_credentials(vault=self.get_object(), include_archived=archived)
@@ -56,10 +49,8 @@ class CredentialViewSet(WorkspaceViewSet):
 
     @extend_schema(request=CredentialWriteSerializer, responses=CredentialSerializer)
     def create(self, request: Request, id: str) -> Response:
-        body = CredentialWriteSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        credential = services.credential_create(vault=self.get_object(), values=dict(body.validated_data))
-        return Response(self.render(credential))
+        values = validated(CredentialWriteSerializer, request.data)
+        return Response(self.render(services.credential_create(vault=self.get_object(), values=values)))
 
     @extend_schema(responses=CredentialSerializer)
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -68,11 +59,8 @@ class CredentialViewSet(WorkspaceViewSet):
     @extend_schema(request=CredentialWriteSerializer, responses=CredentialSerializer)
     def partial_update(self, request: Request, id: str, credential_id: str) -> Response:
         credential = self.credential()
-        body = CredentialWriteSerializer(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        return Response(
-            self.render(services.credential_update(credential=credential, values=dict(body.validated_data)))
-        )
+        values = validated(CredentialWriteSerializer, request.data, partial=True)
+        return Response(self.render(services.credential_update(credential=credential, values=values)))
 
     @extend_schema(request=None, responses=CredentialSerializer)
     def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -10,13 +10,17 @@ from django.http import HttpRequest
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from registry.agents.models import Agent
 from registry.core.admin import ReadOnlyInline, changelist_link
-from registry.environments.models import Environment
-from registry.sessions.models import Session
-from registry.vaults.models import Vault
 from registry.workspaces import services
 from registry.workspaces.models import ApiKey, OidcMembership, Workspace
+
+# The lists a workspace's page links to (by name: the apps of these models sit above this one).
+RESOURCE_LISTS = (
+    ("agents", "agents.Agent"),
+    ("sessions", "agent_sessions.Session"),
+    ("environments", "environments.Environment"),
+    ("vaults", "vaults.Vault"),
+)
 
 
 class ApiKeyInline(ReadOnlyInline):
@@ -34,8 +38,7 @@ class WorkspaceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="resources")
     def resources(self, workspace: Workspace) -> SafeString:
-        models = (("agents", Agent), ("sessions", Session), ("environments", Environment), ("vaults", Vault))
-        links = ((changelist_link(model, name, workspace=workspace.pk),) for name, model in models)
+        links = ((changelist_link(model, name, workspace=workspace.pk),) for name, model in RESOURCE_LISTS)
         return format_html_join(" · ", "{}", links)
 
 

@@ -10,28 +10,23 @@ from typing import Any
 
 from mozilla_django_oidc.contrib.drf import OIDCAuthentication
 from requests.exceptions import RequestException
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from registry.core.callers import Caller
 from registry.workspaces.models import Workspace
 from registry.workspaces.selectors import api_key_for_plaintext
 from registry.workspaces.services import api_key_mark_used
 
 
 @dataclass(frozen=True)
-class Principal:
+class Principal(Caller):
     """The caller: one workspace, and how it proved it."""
 
     workspace: Workspace
     credential_kind: str  # "api_key" or "oidc"
     subject: str
     is_org_admin: bool = False
-
-    is_authenticated = True
-
-    @property
-    def workspace_id(self) -> str:
-        return str(self.workspace.pk)
 
 
 class WorkspaceAuthentication(authentication.BaseAuthentication):
@@ -68,19 +63,3 @@ class WorkspaceAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
-
-
-class IsOrganizationAdmin(permissions.BasePermission):
-    """Organization-wide writes (policy, prices) need an API key issued with `--org-admin`."""
-
-    message = "This operation needs an organization-admin API key."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return isinstance(request.user, Principal) and request.user.is_org_admin
-
-
-class IsWorkspaceMember(permissions.BasePermission):
-    """Every registry operation needs a principal; its workspace bounds what it sees."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return isinstance(request.user, Principal)
