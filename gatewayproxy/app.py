@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from typing import Protocol as Interface
 
 import uvloop
 
+from gatewayproxy.config.checks import is_loopback, split_address
 from gatewayproxy.config.loader import LoadedConfig
 from gatewayproxy.config.models import Tls
 from gatewayproxy.http.connection import HttpLimits
@@ -66,24 +66,6 @@ class ConfigStore(ConfigWriter, Interface):
     async def close(self) -> None:
         """Stop watching and release the store's connections."""
         ...
-
-
-def split_address(listen: str) -> tuple[str, int]:
-    """`host:port` (IPv6 hosts in brackets) to a (host, port) pair."""
-    host, _, port = listen.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def is_loopback(listen: str) -> bool:
-    """Whether a `host:port` listener is reachable only from this machine (`localhost` or a loopback address;
-    an empty host or `0.0.0.0` listens everywhere)."""
-    host = split_address(listen)[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def upstream_limits(state: GatewayState) -> dict[tuple[str, str, int], UpstreamLimits]:

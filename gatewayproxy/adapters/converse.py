@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from gatewayproxy.adapters.bodies import json_or_none
+from gatewayproxy.adapters.translate import message_start, messages_answer
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.http.sse import SseEvent
 
@@ -245,24 +247,19 @@ def messages_response(document: dict, model: str) -> dict:
     """A messages response equivalent to a conversation answer."""
     message = (document.get("output") or {}).get("message") or {}
     blocks = [converted for block in message.get("content") or [] if (converted := _message_block(block))]
-    return {
-        "id": message_id(),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": blocks,
-        "stop_reason": STOP_REASONS.get(str(document.get("stopReason")), "end_turn"),
-        "stop_sequence": None,
-        "usage": _messages_usage(document.get("usage")),
-    }
+    return messages_answer(
+        message_id(),
+        "assistant",
+        model,
+        blocks,
+        STOP_REASONS.get(str(document.get("stopReason")), "end_turn"),
+        _messages_usage(document.get("usage")),
+    )
 
 
 def error_document(status: int, body: bytes) -> bytes:
     """The vendor's `{"message"}` error body in the messages error envelope."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body
+    document = json_or_none(body)
     if not isinstance(document, dict) or "error" in document:
         return body
     kind = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
@@ -292,17 +289,9 @@ class ConverseEvents:
         return handler(payload) if handler is not None else []
 
     def _on_messageStart(self, payload: dict) -> list[SseEvent]:
-        message = {
-            "id": message_id(),
-            "type": "message",
-            "role": payload.get("role", "assistant"),
-            "model": self._model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
-        return [self._event("message_start", {"message": message})]
+        return [
+            self._event("message_start", message_start(message_id(), payload.get("role", "assistant"), self._model))
+        ]
 
     def _start(self, index: int, block: dict) -> list[SseEvent]:
         self._open[index] = block["type"]

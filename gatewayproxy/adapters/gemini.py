@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gatewayproxy.adapters.bodies import arguments_of, json_or_none, text_of
 from gatewayproxy.adapters.translate import EFFORT_BUDGETS
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.http.sse import SseDecoder, SseEvent
@@ -45,14 +46,6 @@ def _refused(path: str, what: str) -> GatewayError:
     )
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
-
-
 def _media(url: str) -> dict:
     if url.startswith("data:") and ";base64," in url:
         mime_type, _, data = url.removeprefix("data:").partition(";base64,")
@@ -77,16 +70,6 @@ def _user_parts(content: Any, path: str) -> list[dict]:
         else:
             raise _refused(f"{path}[{index}]", f"content parts of type {kind!r}")
     return parts
-
-
-def _arguments(text: Any) -> dict:
-    if isinstance(text, dict):
-        return text
-    try:
-        parsed = json.loads(text or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _append(contents: list[dict], role: str, parts: list[dict]) -> None:
@@ -166,22 +149,27 @@ def generate_request(body: dict) -> dict:
     for position, message in enumerate(body.get("messages") or []):
         role = message.get("role")
         if role in ("system", "developer"):
-            system.append({"text": _text_of(message.get("content"))})
+            system.append({"text": text_of(message.get("content"))})
         elif role == "assistant":
             parts: list[dict] = []
-            text = _text_of(message.get("content"))
+            text = text_of(message.get("content"))
             if text:
                 parts.append({"text": text})
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
                 names[call.get("id", "")] = function.get("name", "")
                 parts.append(
-                    {"functionCall": {"name": function.get("name", ""), "args": _arguments(function.get("arguments"))}}
+                    {
+                        "functionCall": {
+                            "name": function.get("name", ""),
+                            "args": arguments_of(function.get("arguments")),
+                        }
+                    }
                 )
             _append(contents, "model", parts or [{"text": ""}])
         elif role == "tool":
             name = names.get(message.get("tool_call_id", ""), message.get("name") or "")
-            answer = {"name": name, "response": {"content": _text_of(message.get("content"))}}
+            answer = {"name": name, "response": {"content": text_of(message.get("content"))}}
             _append(contents, "user", [{"functionResponse": answer}])
         else:
             _append(contents, "user", _user_parts(message.get("content"), f"messages[{position}].content"))
@@ -267,10 +255,7 @@ def chat_response(document: dict, model: str) -> dict:
 
 def error_document(status: int, body: bytes) -> bytes:
     """The vendor's `{"error": {"code", "message", "status"}}` in the chat error envelope."""
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body
+    document = json_or_none(body)
     if isinstance(document, list) and document:
         document = document[0]  # some of the vendor's errors come as a one-element list
     error = document.get("error") if isinstance(document, dict) else None

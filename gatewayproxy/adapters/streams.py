@@ -9,11 +9,13 @@ from typing import Any
 
 import orjson
 
+from gatewayproxy.adapters.bodies import json_or_none
 from gatewayproxy.adapters.translate import (
     CHAT_TO_MESSAGES_STOP,
     MESSAGES_TO_CHAT_STOP,
     RESPONSE_FORMAT_TOOL,
     chat_usage_to_messages,
+    message_start,
     messages_usage_to_chat,
 )
 from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
@@ -106,13 +108,6 @@ class StreamTranslator:
         return [error_frame(self.client_protocol, message, code)]
 
 
-def _json(data: str) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-
-
 class ChatPassthrough(StreamTranslator):
     """Chat chunks to a chat client; strips the usage chunk the gateway asked for on the client's behalf."""
 
@@ -127,11 +122,11 @@ class ChatPassthrough(StreamTranslator):
         if '"usage"' not in event.data and '"error"' not in event.data:
             # Content chunks pass through as they came; they are parsed only to count (or collect) their text.
             if self.collect_text:
-                self._collect_chunk(_json(event.data))
+                self._collect_chunk(json_or_none(event.data))
             else:
                 self._defer(event.data)
             return [encode_event(event.data.encode())]
-        chunk = _json(event.data)
+        chunk = json_or_none(event.data)
         if not isinstance(chunk, dict):
             return []
         self._collect_chunk(chunk)
@@ -151,7 +146,7 @@ class ChatPassthrough(StreamTranslator):
             self._collect((choice.get("delta") or {}).get("content"))
 
     def _count_frame(self, data: str) -> None:
-        self._collect_chunk(_json(data))
+        self._collect_chunk(json_or_none(data))
 
 
 class MessagesPassthrough(StreamTranslator):
@@ -168,7 +163,7 @@ class MessagesPassthrough(StreamTranslator):
 
     def feed(self, event: SseEvent) -> list[bytes]:
         wanted = event.event in self.ACCOUNTED or event.event == "content_block_delta"
-        parsed = _json(event.data) if wanted else None
+        parsed = json_or_none(event.data) if wanted else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
         if kind == "content_block_delta":
@@ -196,7 +191,7 @@ class ResponsesPassthrough(StreamTranslator):
 
     def feed(self, event: SseEvent) -> list[bytes]:
         parse = event.event in self.TERMINAL or event.event in ("error", "") or event.event == self.TEXT_DELTA
-        parsed = _json(event.data) if parse else None
+        parsed = json_or_none(event.data) if parse else None
         payload: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         kind = payload.get("type") or event.event
         if kind == self.TEXT_DELTA:
@@ -246,7 +241,7 @@ class MessagesToChat(StreamTranslator):
         return encode_event(orjson.dumps(chunk))
 
     def feed(self, event: SseEvent) -> list[bytes]:
-        payload = _json(event.data)
+        payload = json_or_none(event.data)
         if not isinstance(payload, dict):
             return []
         handler = getattr(self, "_on_" + str(payload.get("type")), None)
@@ -357,7 +352,7 @@ class ChatToMessages(StreamTranslator):
     def feed(self, event: SseEvent) -> list[bytes]:
         if event.data == "[DONE]":
             return self._end()
-        chunk = _json(event.data)
+        chunk = json_or_none(event.data)
         if not isinstance(chunk, dict):
             return []
         if chunk.get("error"):
@@ -377,17 +372,7 @@ class ChatToMessages(StreamTranslator):
             return []
         self._started = True
         self._model = chunk.get("model") or self._model
-        message = {
-            "id": chunk.get("id", ""),
-            "type": "message",
-            "role": "assistant",
-            "model": self._model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
-        return [self._event("message_start", {"message": message})]
+        return [self._event("message_start", message_start(chunk.get("id", ""), "assistant", self._model))]
 
     def _close_block(self) -> list[bytes]:
         if self._open_block is None:

@@ -8,6 +8,8 @@ import json
 import time
 from typing import Any
 
+from gatewayproxy.adapters.bodies import arguments_of, text_of
+
 CHAT_TO_MESSAGES_STOP = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -41,15 +43,6 @@ def _cached(target: dict, source: dict) -> dict:
     if isinstance(source, dict) and source.get("cache_control"):
         target["cache_control"] = source["cache_control"]
     return target
-
-
-def _text_of(content: Any) -> str:
-    """Plain text of a string or a list of text parts/blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
 
 
 # Chat-completions request -> messages request.
@@ -86,20 +79,10 @@ def _user_blocks(content: Any) -> list[dict]:
     return blocks
 
 
-def _arguments(text: Any) -> Any:
-    if isinstance(text, dict):
-        return text
-    try:
-        parsed = json.loads(text or "{}")
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
-
-
 def _assistant_blocks(message: dict) -> list[dict]:
     # Thinking comes first and goes back signed, as a messages-shaped target checks it on tool-use turns.
     blocks = [dict(block) for block in message.get("thinking_blocks") or [] if isinstance(block, dict)]
-    blocks += [{"type": "text", "text": text} for text in [_text_of(message.get("content"))] if text]
+    blocks += [{"type": "text", "text": text} for text in [text_of(message.get("content"))] if text]
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
         blocks.append(
@@ -107,7 +90,7 @@ def _assistant_blocks(message: dict) -> list[dict]:
                 "type": "tool_use",
                 "id": call.get("id", ""),
                 "name": function.get("name", ""),
-                "input": _arguments(function.get("arguments")),
+                "input": arguments_of(function.get("arguments")),
             }
         )
     return blocks
@@ -117,7 +100,7 @@ def _tool_result_block(message: dict) -> dict:
     return {
         "type": "tool_result",
         "tool_use_id": message.get("tool_call_id", ""),
-        "content": _text_of(message.get("content")),
+        "content": text_of(message.get("content")),
     }
 
 
@@ -148,7 +131,7 @@ def _response_format_tool(response_format: Any) -> dict | None:
 def _system_of(parts: list[Any]) -> Any:
     """System text, or blocks when a part carries a `cache_control` marker."""
     if not any(isinstance(part, dict) and part.get("cache_control") for part in parts):
-        return "\n\n".join(_text_of(part.get("text", "")) if isinstance(part, dict) else str(part) for part in parts)
+        return "\n\n".join(text_of(part.get("text", "")) if isinstance(part, dict) else str(part) for part in parts)
     return [
         _cached({"type": "text", "text": part.get("text", "") if isinstance(part, dict) else str(part)}, part)
         for part in parts
@@ -175,7 +158,7 @@ def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
         role = message.get("role")
         if role in ("system", "developer"):
             content = message.get("content")
-            system += content if isinstance(content, list) else [{"type": "text", "text": _text_of(content)}]
+            system += content if isinstance(content, list) else [{"type": "text", "text": text_of(content)}]
         elif role == "assistant":
             _append(messages, "assistant", _assistant_blocks(message))
         elif role == "tool":
@@ -237,7 +220,7 @@ def _file_part(block: dict) -> dict:
 
 def _tool_result_text(block: dict) -> str:
     """A tool result's text; an error result is marked, as the chat shape has no error flag for it."""
-    text = _text_of(block.get("content"))
+    text = text_of(block.get("content"))
     return f"Error: {text}" if block.get("is_error") else text
 
 
@@ -296,7 +279,7 @@ def _messages_tool_choice(choice: dict) -> Any:
 def messages_to_chat_request(body: dict) -> dict:
     """A chat-completions request equivalent to a messages request."""
     messages: list[dict] = []
-    system = _text_of(body.get("system"))
+    system = text_of(body.get("system"))
     if system:
         messages.append({"role": "system", "content": system})
     for message in body.get("messages") or []:
@@ -413,6 +396,27 @@ def chat_usage_to_messages(usage: dict) -> dict:
     return converted
 
 
+def messages_answer(
+    message_id: str, role: str, model: str, content: list[dict], stop_reason: str | None, usage: dict
+) -> dict:
+    """A messages-shaped answer."""
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": role,
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def message_start(message_id: str, role: str, model: str) -> dict:
+    """The body of a stream's `message_start` event: the answer with no content, stop reason or usage yet."""
+    return {"message": messages_answer(message_id, role, model, [], None, {"input_tokens": 0, "output_tokens": 0})}
+
+
 def chat_to_messages_response(response: dict) -> dict:
     """A messages response equivalent to a chat-completions response."""
     choice = (response.get("choices") or [{}])[0]
@@ -420,16 +424,14 @@ def chat_to_messages_response(response: dict) -> dict:
     blocks = _assistant_blocks(message)
     if message.get("reasoning_content") and not message.get("thinking_blocks"):
         blocks.insert(0, {"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
-    return {
-        "id": response.get("id", ""),
-        "type": "message",
-        "role": "assistant",
-        "model": response.get("model", ""),
-        "content": blocks,
-        "stop_reason": CHAT_TO_MESSAGES_STOP.get(choice.get("finish_reason") or "", "end_turn"),
-        "stop_sequence": None,
-        "usage": chat_usage_to_messages(response.get("usage") or {}),
-    }
+    return messages_answer(
+        response.get("id", ""),
+        "assistant",
+        response.get("model", ""),
+        blocks,
+        CHAT_TO_MESSAGES_STOP.get(choice.get("finish_reason") or "", "end_turn"),
+        chat_usage_to_messages(response.get("usage") or {}),
+    )
 
 
 def error_message_of(body: Any) -> str:

@@ -16,15 +16,24 @@ def _details(usage: dict, key: str, field: str) -> int:
     return _int(details.get(field)) if isinstance(details, dict) else 0
 
 
-def chat_usage(usage: Any) -> Usage | None:
-    """Usage of a chat-completions or embeddings response."""
+def _detailed_usage(
+    usage: Any, input_key: str, input_details: str, output_key: str, output_details: str
+) -> Usage | None:
+    """Usage from token counts each detailed by an object beside it (cached input, reasoning output)."""
     if not isinstance(usage, dict):
         return None
     return Usage(
-        input_tokens=_int(usage.get("prompt_tokens")),
-        output_tokens=_int(usage.get("completion_tokens")),
-        cache_read_tokens=_details(usage, "prompt_tokens_details", "cached_tokens"),
-        reasoning_tokens=_details(usage, "completion_tokens_details", "reasoning_tokens"),
+        input_tokens=_int(usage.get(input_key)),
+        output_tokens=_int(usage.get(output_key)),
+        cache_read_tokens=_details(usage, input_details, "cached_tokens"),
+        reasoning_tokens=_details(usage, output_details, "reasoning_tokens"),
+    )
+
+
+def chat_usage(usage: Any) -> Usage | None:
+    """Usage of a chat-completions or embeddings response."""
+    return _detailed_usage(
+        usage, "prompt_tokens", "prompt_tokens_details", "completion_tokens", "completion_tokens_details"
     )
 
 
@@ -43,11 +52,4 @@ def messages_usage(usage: Any) -> Usage | None:
 
 def responses_usage(usage: Any) -> Usage | None:
     """Usage of a responses-API response."""
-    if not isinstance(usage, dict):
-        return None
-    return Usage(
-        input_tokens=_int(usage.get("input_tokens")),
-        output_tokens=_int(usage.get("output_tokens")),
-        cache_read_tokens=_details(usage, "input_tokens_details", "cached_tokens"),
-        reasoning_tokens=_details(usage, "output_tokens_details", "reasoning_tokens"),
-    )
+    return _detailed_usage(usage, "input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details")

@@ -27,8 +27,15 @@ def _undeclared_dims(key: str, dims: Iterable[str], declared: set[str]) -> Itera
             yield f"{key}: scope dimension {dim!r} is not declared in identity.scope_dims"
 
 
-def is_loopback_address(listen: str) -> bool:
-    """True when a host:port address binds only the loopback interface."""
+def split_address(listen: str) -> tuple[str, int]:
+    """`host:port` (IPv6 hosts in brackets) to a (host, port) pair."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a `host:port` listener is reachable only from this machine (`localhost` or a loopback address;
+    an empty host or `0.0.0.0` listens everywhere)."""
     host = listen.rpartition(":")[0].strip("[]")
     if host == "localhost":
         return True
@@ -135,7 +142,7 @@ def config_problems(config: GatewayConfig) -> list[str]:
         problems += _undeclared_dims(
             f"vaults[{i}].url_template", _TEMPLATE_SCOPE.findall(vault.url_template or ""), declared
         )
-    if not is_loopback_address(config.server.admin_listen) and config.server.admin_token_file is None:
+    if not is_loopback(config.server.admin_listen) and config.server.admin_token_file is None:
         problems.append("server.admin_listen: a non-loopback admin listener requires server.admin_token_file")
     return problems
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,16 @@ def parse_text(text: str | bytes, *, as_json: bool = False) -> Any:
         return orjson.loads(text) if as_json else yaml.safe_load(text)
     except (yaml.YAMLError, orjson.JSONDecodeError) as error:
         raise ConfigError([f"(document): cannot parse: {error}".replace("\n", " ")]) from None
+
+
+def read_yaml_file(path: str, what: str, error: Callable[[str], Exception]) -> Any:
+    """The YAML (or JSON) document in the file at `path`; `error` of a message naming `what` and the file when it
+    cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as problem:
+        raise error(f"cannot read {what} {path}: {problem}") from None
 
 
 def load_config_file(path: str) -> LoadedConfig:

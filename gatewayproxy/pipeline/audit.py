@@ -3,37 +3,27 @@ the audit sinks (`plugins.audit_sinks`) off the request path."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from gatewayproxy.context import RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.deps import StageDeps
-from gatewayproxy.pipeline.stages import Stage
-from gatewayproxy.pipeline.usage import latency_ms, reached_upstream, utc_timestamp
+from gatewayproxy.pipeline.stages import SinkStage, Stage
+from gatewayproxy.pipeline.usage import NULLABLE_STRING, latency_ms, reached_upstream, record_schema, utc_timestamp
 from gatewayproxy.plugins.sinks.base import Record
 from gatewayproxy.plugins.sinks.catalog import build_pipelines
 from gatewayproxy.plugins.sinks.pipeline import SinkPipeline
 
-_NULLABLE_STRING = ["null", "string"]
-AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "AuditRecord",
-    "namespace": "gateway",
-    "fields": [
-        {"name": "request_id", "type": "string"},
-        {"name": "ts", "type": "string"},
-        {"name": "kind", "type": "string"},
-        {"name": "principal", "type": "string"},
-        *({"name": name, "type": _NULLABLE_STRING} for name in ("route", "destination")),
+AVRO_SCHEMA = record_schema(
+    "AuditRecord",
+    [
+        *({"name": name, "type": NULLABLE_STRING} for name in ("route", "destination")),
         {"name": "method", "type": "string"},
         {"name": "path", "type": "string"},
         {"name": "status", "type": "int"},
         {"name": "outcome", "type": "string"},
-        *({"name": name, "type": _NULLABLE_STRING} for name in ("error_code", "refused_by")),
+        *({"name": name, "type": NULLABLE_STRING} for name in ("error_code", "refused_by")),
         {"name": "latency_ms", "type": "double"},
     ],
-}
+)
 FAIL_CLOSED_KINDS = frozenset({"ext_proc"})
 
 
@@ -65,22 +55,15 @@ def audit_record(context: RequestContext) -> Record:
     }
 
 
-class AuditStage(Stage):
+class AuditStage(SinkStage):
     """Offers an audit record per request to every audit sink; while a fail-closed sink (`ext_proc` with
     `failure_mode: deny`) is failing, new requests are refused with 503 `audit_unavailable`."""
 
     name = "audit"
 
     def __init__(self, pipelines: list[SinkPipeline], fail_closed: list[SinkPipeline]) -> None:
-        self.pipelines = pipelines
+        super().__init__(pipelines)
         self.fail_closed = fail_closed
-
-    async def start(self) -> None:
-        for pipeline in self.pipelines:
-            await pipeline.start()
-
-    async def close(self) -> None:
-        await asyncio.gather(*(pipeline.close() for pipeline in self.pipelines))
 
     async def admit(self, context: RequestContext) -> None:
         for pipeline in self.fail_closed:

@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry, Counter
 from gatewayproxy.context import TOOLS_CALL, Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.deps import StageDeps
-from gatewayproxy.pipeline.stages import Stage
+from gatewayproxy.pipeline.stages import Stage, plugin_stage
 from gatewayproxy.plugins.authorizers import Authorizer, Decision, build_authorizer
-from gatewayproxy.plugins.decisions import BackendError, failure_passes
+from gatewayproxy.plugins.decisions import BackendError, failure_passes, passed_failures_counter
 
 
 class AuthorizerMetrics:
@@ -25,12 +25,7 @@ class AuthorizerMetrics:
             ["authorizer", "outcome"],
             registry=registry,
         )
-        self.passed_failures = Counter(
-            "gateway_authorizer_backend_failures_passed",
-            "Authorizer backend failures that let the request pass.",
-            ["authorizer", "failure_mode"],
-            registry=registry,
-        )
+        self.passed_failures = passed_failures_counter(registry, "authorizer")
 
 
 def authorization_input(context: RequestContext) -> dict[str, Any]:
@@ -93,11 +88,4 @@ class AuthorizeStage(Stage):
 
 def build(deps: StageDeps) -> list[Stage]:
     """The authorize stage of a snapshot; none when no authorizer is configured."""
-    instances = deps.config.plugins.authorizers
-    if not instances:
-        return []
-    authorizers = [
-        build_authorizer(instance, f"plugins.authorizers[{index}]", deps) for index, instance in enumerate(instances)
-    ]
-    metrics = deps.shared.get("authorize.metrics", lambda: AuthorizerMetrics(deps.metrics.registry))
-    return [AuthorizeStage(authorizers, metrics)]
+    return plugin_stage(deps, "authorizers", build_authorizer, AuthorizeStage, AuthorizerMetrics)

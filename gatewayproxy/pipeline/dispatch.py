@@ -124,6 +124,16 @@ def native_body(context: RequestContext, adapter: Adapter, default_max_tokens: i
     return body
 
 
+def attempt_body(context: RequestContext, target: Any, adapter: Adapter) -> dict[str, Any]:
+    """Count a new attempt at `adapter` and give the body it sends: re-shaped for the destination, its model the
+    upstream's name, the target's parameters applied."""
+    context.attempts += 1
+    context.destination = adapter.name
+    body = native_body(context, adapter, context.state.config.spend.admission.default_max_output_tokens)
+    body["model"] = adapter.upstream_model(body.get("model"))
+    return shape_params(body, target)
+
+
 def upstream_operation(context: RequestContext, adapter: Adapter) -> Operation:
     """The operation in the destination's own terms."""
     shape = adapter.shape_for(context.operation, context.model)
@@ -315,11 +325,7 @@ class Dispatch:
 
     async def _attempt(self, target: Any, adapter: Adapter) -> Response | Failure:
         context = self.context
-        context.attempts += 1
-        context.destination = adapter.name
-        body = native_body(context, adapter, context.state.config.spend.admission.default_max_output_tokens)
-        body["model"] = adapter.upstream_model(body.get("model"))
-        body = shape_params(body, target)
+        body = attempt_body(context, target, adapter)
 
         async def call() -> Response | Failure:
             built = await adapter.build(upstream_operation(context, adapter), body, context.stream, context.scope)

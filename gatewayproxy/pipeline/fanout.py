@@ -18,8 +18,7 @@ from gatewayproxy.adapters import contract
 from gatewayproxy.adapters.base import Adapter, Shape, UpstreamCall
 from gatewayproxy.adapters.headers import with_request_headers
 from gatewayproxy.context import Operation, Usage
-from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Failure, native_body, upstream_operation
-from gatewayproxy.pipeline.routing import shape_params
+from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Failure, attempt_body, upstream_operation
 from gatewayproxy.server.protocol import Response
 from gatewayproxy.server.upstream import UpstreamResponse
 
@@ -42,11 +41,7 @@ class FanOutDispatch(Dispatch):
         n = contract.choices_wanted(context.body)
         if n == 1 or context.stream or adapter.shape_for(context.operation, context.model) is not Shape.MESSAGES:
             return await super()._attempt(target, adapter)
-        context.attempts += 1
-        context.destination = adapter.name
-        body = native_body(context, adapter, context.state.config.spend.admission.default_max_output_tokens)
-        body["model"] = adapter.upstream_model(body.get("model"))
-        body = shape_params(body, target)
+        body = attempt_body(context, target, adapter)
 
         async def calls() -> Response | Failure:
             built = await adapter.build(upstream_operation(context, adapter), body, False, context.scope)

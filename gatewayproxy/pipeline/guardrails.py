@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry, Counter
 from gatewayproxy.context import TOOLS_CALL, Operation, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.deps import StageDeps
-from gatewayproxy.pipeline.stages import Stage
-from gatewayproxy.plugins.decisions import BackendError, failure_passes
+from gatewayproxy.pipeline.stages import Stage, plugin_stage
+from gatewayproxy.plugins.decisions import BackendError, failure_passes, passed_failures_counter
 from gatewayproxy.plugins.guardrails import PHASES, Guardrail, Phase, PiiRegex, Verdict, build_guardrail
 
 MODEL_OPERATIONS = (Operation.CHAT, Operation.MESSAGES, Operation.EMBEDDINGS)
@@ -30,12 +30,7 @@ class GuardrailMetrics:
             ["guardrail", "phase", "outcome"],
             registry=registry,
         )
-        self.passed_failures = Counter(
-            "gateway_guardrail_backend_failures_passed",
-            "Guardrail backend failures that let the request pass.",
-            ["guardrail", "failure_mode"],
-            registry=registry,
-        )
+        self.passed_failures = passed_failures_counter(registry, "guardrail")
 
 
 def _rewrite_content(content: Any, rewrite: Rewrite) -> Any:
@@ -206,11 +201,4 @@ def _blocked_message(guardrail: Guardrail, verdict: Verdict, what: str) -> str:
 
 def build(deps: StageDeps) -> list[Stage]:
     """The guardrail stage of a snapshot; none when no guardrail is configured."""
-    instances = deps.config.plugins.guardrails
-    if not instances:
-        return []
-    guardrails = [
-        build_guardrail(instance, f"plugins.guardrails[{index}]", deps) for index, instance in enumerate(instances)
-    ]
-    metrics = deps.shared.get("guardrails.metrics", lambda: GuardrailMetrics(deps.metrics.registry))
-    return [GuardrailStage(guardrails, metrics)]
+    return plugin_stage(deps, "guardrails", build_guardrail, GuardrailStage, GuardrailMetrics)

@@ -6,7 +6,6 @@ Only `Authorization: Bearer` carries credentials; validators are tried in config
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -16,11 +15,12 @@ from dataclasses import replace
 from typing import Any
 
 import jwt
-import yaml
 
+from gatewayproxy.config.loader import read_yaml_file
 from gatewayproxy.config.models import Identity, Spend, Validator
 from gatewayproxy.context import ANONYMOUS, Principal
 from gatewayproxy.errors import ErrorCode, GatewayError
+from gatewayproxy.server.tasks import cancel_and_wait
 from gatewayproxy.vaults.resolvers import Fetch
 
 logger = logging.getLogger("gatewayproxy.identity")
@@ -37,11 +37,7 @@ class KeysFileError(ValueError):
 
 def load_keys_file(path: str) -> dict[str, Principal]:
     """Digest to principal, from a keys file: `keys: [{sha256, principal, scope}]` in YAML or JSON."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as error:
-        raise KeysFileError(f"cannot read keys file {path}: {error}") from None
+    document = read_yaml_file(path, "keys file", KeysFileError)
     entries = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(entries, list):
         raise KeysFileError(f"keys file {path} needs a `keys` list")
@@ -108,11 +104,8 @@ class JwtValidator:
 
     async def close(self) -> None:
         """Stop refreshing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _refresh_forever(self) -> None:
         while True:

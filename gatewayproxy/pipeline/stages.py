@@ -1,4 +1,5 @@
-"""The governance stage contract and the process-wide parts stages share across snapshots.
+"""The governance stage contract, the stages over a plugin slot or sink pipelines, and the process-wide parts
+stages share across snapshots.
 
 A snapshot's stages run in the order `gatewayproxy.state.build_stages` gives: `admit` after identity and routing,
 before the first upstream call; `inspect_output` on the response text; `settle` once per request, whatever its
@@ -7,12 +8,20 @@ outcome.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from prometheus_client import CollectorRegistry
+
+from gatewayproxy.config.models import PluginInstance
 from gatewayproxy.context import RequestContext
+from gatewayproxy.plugins.deps import PluginDeps
+from gatewayproxy.plugins.sinks.pipeline import SinkPipeline
 
 Part = TypeVar("Part")
+Plugin = TypeVar("Plugin")
+Metrics = TypeVar("Metrics")
 
 
 class Stage:
@@ -39,6 +48,36 @@ class Stage:
 
     def settle(self, context: RequestContext) -> None:
         """Account for the finished request (status, usage, `cost_usd` known); must not block."""
+
+
+def plugin_stage(
+    deps: PluginDeps,
+    slot: str,
+    build_plugin: Callable[[PluginInstance, str, PluginDeps], Plugin],
+    stage: Callable[[list[Plugin], Metrics], Stage],
+    metrics: Callable[[CollectorRegistry], Metrics],
+) -> list[Stage]:
+    """The stage over the plugins of the list slot `plugins.<slot>`, built in config order (each told its key, to
+    name in errors), with the metrics it counts on (registered once per process); none when the slot is empty."""
+    instances: list[PluginInstance] = getattr(deps.config.plugins, slot)
+    plugins = [build_plugin(instance, f"plugins.{slot}[{index}]", deps) for index, instance in enumerate(instances)]
+    if not plugins:
+        return []
+    return [stage(plugins, deps.shared.get(f"{slot}.metrics", lambda: metrics(deps.metrics.registry)))]
+
+
+class SinkStage(Stage):
+    """A stage whose records go to sink pipelines, which start and close with its snapshot."""
+
+    def __init__(self, pipelines: list[SinkPipeline]) -> None:
+        self.pipelines = pipelines
+
+    async def start(self) -> None:
+        for pipeline in self.pipelines:
+            await pipeline.start()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(pipeline.close() for pipeline in self.pipelines))
 
 
 class SharedParts:

@@ -13,7 +13,7 @@ from gatewayproxy.context import RequestContext, Usage
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.pipeline.cache import cache_hit
 from gatewayproxy.pipeline.deps import StageDeps
-from gatewayproxy.pipeline.stages import Stage
+from gatewayproxy.pipeline.stages import SinkStage, Stage
 from gatewayproxy.plugins.sinks.base import Record, SinkError
 from gatewayproxy.plugins.sinks.catalog import build_pipelines
 from gatewayproxy.plugins.sinks.ledger import GROUP_COLUMNS, Ledger, LedgerQuery
@@ -23,18 +23,30 @@ TAG_HEADER_PREFIX = "x-gateway-tag-"
 MAX_TAG_CHARS = 256
 NO_USAGE = Usage()
 QUERY_PARAMETERS = frozenset({"from", "to", "group_by"})
-_NULLABLE_STRING = ["null", "string"]
-AVRO_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "UsageRecord",
-    "namespace": "gateway",
-    "fields": [
-        {"name": "request_id", "type": "string"},
-        {"name": "ts", "type": "string"},
-        {"name": "kind", "type": "string"},
-        {"name": "principal", "type": "string"},
+NULLABLE_STRING = ["null", "string"]
+
+
+def record_schema(name: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Avro schema of the gateway's record `name`: the fields every record starts with, then `fields`."""
+    return {
+        "type": "record",
+        "name": name,
+        "namespace": "gateway",
+        "fields": [
+            {"name": "request_id", "type": "string"},
+            {"name": "ts", "type": "string"},
+            {"name": "kind", "type": "string"},
+            {"name": "principal", "type": "string"},
+            *fields,
+        ],
+    }
+
+
+AVRO_SCHEMA = record_schema(
+    "UsageRecord",
+    [
         {"name": "scope", "type": {"type": "map", "values": "string"}},
-        *({"name": name, "type": _NULLABLE_STRING} for name in ("route", "destination", "provider", "model")),
+        *({"name": name, "type": NULLABLE_STRING} for name in ("route", "destination", "provider", "model")),
         *(
             {"name": name, "type": "long"}
             for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
@@ -47,7 +59,7 @@ AVRO_SCHEMA: dict[str, Any] = {
         {"name": "tags", "type": {"type": "map", "values": "string"}},
         {"name": "cache_hit", "type": "boolean", "default": False},
     ],
-}
+)
 
 
 def utc_timestamp() -> str:
@@ -116,26 +128,19 @@ def usage_record(context: RequestContext, allowlist: dict[str, str]) -> Record:
     }
 
 
-class UsageStage(Stage):
+class UsageStage(SinkStage):
     """Builds a usage record in `settle` and offers it to every usage sink (never blocking the request)."""
 
     name = "usage"
 
     def __init__(self, pipelines: list[SinkPipeline], tag_allowlist: list[str]) -> None:
-        self.pipelines = pipelines
+        super().__init__(pipelines)
         self.allowlist = {key.lower(): key for key in tag_allowlist}
 
     @property
     def ledger(self) -> Ledger | None:
         """The first `postgres` sink, which answers the usage query."""
         return next((pipeline.sink for pipeline in self.pipelines if isinstance(pipeline.sink, Ledger)), None)
-
-    async def start(self) -> None:
-        for pipeline in self.pipelines:
-            await pipeline.start()
-
-    async def close(self) -> None:
-        await asyncio.gather(*(pipeline.close() for pipeline in self.pipelines))
 
     def settle(self, context: RequestContext) -> None:
         if not reached_upstream(context) and not cache_hit(context):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gatewayproxy.context import Operation, RequestContext
+from gatewayproxy.context import Operation, Plan, RequestContext
 from gatewayproxy.errors import ErrorCode, GatewayError, Protocol
 from gatewayproxy.http.connection import Request
 from gatewayproxy.pipeline.dispatch import JSON_CONTENT, Dispatch, Finish, error_response
@@ -33,6 +33,9 @@ from gatewayproxy.state import Runtime
 
 logger = logging.getLogger("gatewayproxy.data")
 Serve = Callable[[RequestContext, Finish], Awaitable[Response]]
+# The `no_route` messages: of a model request, and of a stored response's request (routed by path alone).
+NO_ROUTE_FOR_MODEL = "no route serves model {model!r} on {path}"
+NO_ROUTE_FOR_PATH = "no route serves {path}"
 # The status recorded for a request whose client closed the connection before its answer (nginx's 499).
 CLIENT_CLOSED = 499
 
@@ -113,6 +116,17 @@ def _dispatch_class(context: RequestContext) -> type[Dispatch]:
     return Dispatch
 
 
+def _routed(context: RequestContext, unrouted: str) -> Plan:
+    """The plan of the route that serves the request; 404 `no_route` with `unrouted` (a template of the `model`
+    and `path`) when none does."""
+    route = context.state.router.match(context)
+    if route is None:
+        raise GatewayError(ErrorCode.NO_ROUTE, unrouted.format(model=context.model, path=context.request.path))
+    context.route = route.name
+    context.plan = plan = route.plan(context)
+    return plan
+
+
 class DataPlane:
     """The handler of the data-plane listener."""
 
@@ -178,34 +192,24 @@ class DataPlane:
         state = context.state
         context.principal = await state.identity.authenticate(context.request.headers)
         context.body = parse_body(context.request)
-        route = state.router.match(context)
-        if route is None:
-            raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves model {context.model!r} on {context.request.path}")
-        context.route = route.name
-        context.plan = plan = route.plan(context)
+        plan = _routed(context, NO_ROUTE_FOR_MODEL)
         await state.runner.admit(context)
-        runtime = self.runtime
-        dispatch = _dispatch_class(context)(
-            runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers
-        )
+        dispatch = self._dispatch(context, plan, finish)
         if state.cache is None:
             return await dispatch.run()
         return await state.cache.serve(context, dispatch.run, finish)
 
     async def _serve_stored_response(self, context: RequestContext, finish: Finish) -> Response:
         """`GET` or `DELETE /v1/responses/{id}`: routed by path like any request (no body, no model), never cached."""
-        state = context.state
-        context.principal = await state.identity.authenticate(context.request.headers)
-        route = state.router.match(context)
-        if route is None:
-            raise GatewayError(ErrorCode.NO_ROUTE, f"no route serves {context.request.path}")
-        context.route = route.name
-        context.plan = plan = route.plan(context)
-        await state.runner.admit(context)
+        context.principal = await context.state.identity.authenticate(context.request.headers)
+        plan = _routed(context, NO_ROUTE_FOR_PATH)
+        await context.state.runner.admit(context)
+        return await self._dispatch(context, plan, finish).run()
+
+    def _dispatch(self, context: RequestContext, plan: Plan, finish: Finish) -> Dispatch:
+        """The dispatch of an admitted request along its route's `plan`."""
         runtime = self.runtime
-        return await ResponsesDispatch(
-            runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers
-        ).run()
+        return _dispatch_class(context)(runtime.pool, runtime.metrics, context, plan, finish, outliers=runtime.outliers)
 
     def finish(self, context: RequestContext) -> None:
         """Account for a served request once its last byte is known."""

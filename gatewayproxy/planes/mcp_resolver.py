@@ -13,14 +13,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import orjson
 
 from gatewayproxy.config.models import Destination, DestinationResolver
 from gatewayproxy.errors import ErrorCode, GatewayError
 from gatewayproxy.server.upstream import Origin, UpstreamError, UpstreamPool, fetcher
-from gatewayproxy.vaults.resolvers import read_token_file
+from gatewayproxy.vaults.resolvers import filled_template, read_token_file
 
 SERVER_HEADER = "x-mcp-server"
 MAX_CACHED = 1024
@@ -38,17 +37,13 @@ class Resolved:
 
 def resolver_url(resolver: DestinationResolver, server: str, scope: Mapping[str, str]) -> str:
     """The resolver URL for `server`; a scope dimension the principal lacks is refused."""
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name == "server":
-            return quote(server, safe="")
-        dim = name.removeprefix("scope.")
-        if dim not in scope:
-            raise GatewayError(ErrorCode.FORBIDDEN, f"the MCP resolver needs scope dimension {dim!r}")
-        return quote(scope[dim], safe="")
-
-    return _TEMPLATE_FIELD.sub(value, resolver.url_template)
+    return filled_template(
+        _TEMPLATE_FIELD,
+        resolver.url_template,
+        server,
+        scope,
+        lambda dim: GatewayError(ErrorCode.FORBIDDEN, f"the MCP resolver needs scope dimension {dim!r}"),
+    )
 
 
 def requested_server(headers: Mapping[str, str]) -> str:

@@ -8,7 +8,6 @@ extension group) and `layered` (first hit wins).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
@@ -23,6 +22,7 @@ from pydantic import Field, model_validator
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.config.models import FilePath, PluginInstance, Pricing
 from gatewayproxy.plugins.decisions import PluginOptions, plugin_options
+from gatewayproxy.server.tasks import cancel_and_wait
 from gatewayproxy.vaults.resolvers import Fetch, read_token_file
 
 logger = logging.getLogger("gatewayproxy.pricing")
@@ -55,26 +55,28 @@ class StaticTableOptions(PluginOptions):
         return self
 
 
-class HttpRefreshOptions(PluginOptions):
-    """`http_refresh`: a JSON table at `url`, refetched every `refresh_interval_secs` (every `retry_secs` while
-    fetches fail); the last good one is kept."""
+class RefreshOptions(PluginOptions):
+    """Options of every fetched table: refetched every `refresh_interval_secs` (every `retry_secs` while fetches
+    fail), each fetch given `timeout_ms`."""
 
-    url: str
     refresh_interval_secs: float = Field(default=300, gt=0)
     retry_secs: float = Field(default=10, gt=0)
     timeout_ms: int = Field(default=3000, gt=0)
+
+
+class HttpRefreshOptions(RefreshOptions):
+    """`http_refresh`: a JSON table at `url`; the last good one is kept."""
+
+    url: str
     bearer_token_file: FilePath | None = None
 
 
-class RegistryOptions(PluginOptions):
+class RegistryOptions(RefreshOptions):
     """`registry`: effective prices from `<base_url>/apis/pricing.<group_domain>/v1/modelprices`."""
 
     base_url: str
     bearer_token_file: FilePath
     group_domain: str = "registry.local"
-    refresh_interval_secs: float = Field(default=300, gt=0)
-    retry_secs: float = Field(default=10, gt=0)
-    timeout_ms: int = Field(default=3000, gt=0)
 
 
 class LayeredOptions(PluginOptions):
@@ -214,16 +216,17 @@ class StaticTableModel(CostModel):
 
 
 class RefreshingModel(CostModel):
-    """A table fetched at start and every interval; a failed fetch keeps the last good table (empty until one
-    was fetched: models are unpriced meanwhile) and is retried every `retry` seconds in the background. An
+    """A table fetched at start and every `refresh_interval_secs`; a failed fetch keeps the last good table (empty
+    until one was fetched: models are unpriced meanwhile) and is retried every `retry_secs` in the background. An
     outage is logged once, when it starts, and once more when it ends; every failed fetch is counted."""
 
-    def __init__(self, name: str, fetch: Fetch, interval: float, timeout: float, retry: float = 10) -> None:
+    def __init__(self, name: str, options: RefreshOptions, fetch: Fetch) -> None:
         super().__init__(name)
+        self.options = options
         self._fetch = fetch
-        self._interval = interval
-        self._retry = min(retry, interval)
-        self._timeout = timeout
+        self._interval = options.refresh_interval_secs
+        self._retry = min(options.retry_secs, self._interval)
+        self._timeout = options.timeout_ms / 1000
         self._task: asyncio.Task[None] | None = None
         self._failed: Callable[[str], None] | None = None
         self.outage = False  # whether the last fetch failed
@@ -280,20 +283,14 @@ class RefreshingModel(CostModel):
 
     async def close(self) -> None:
         """Stop refreshing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
 
 class HttpRefreshModel(RefreshingModel):
     """A JSON price table served at a URL."""
 
     kind = "http_refresh"
-
-    def __init__(self, name: str, options: HttpRefreshOptions, fetch: Fetch) -> None:
-        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000, options.retry_secs)
-        self.options = options
+    options: HttpRefreshOptions
 
     def request(self) -> tuple[str, dict[str, str]]:
         headers = {"accept": "application/json"}
@@ -306,10 +303,7 @@ class RegistryModel(RefreshingModel):
     """Effective prices of the registry's `pricing` extension group (bearer token reread on each fetch)."""
 
     kind = "registry"
-
-    def __init__(self, name: str, options: RegistryOptions, fetch: Fetch) -> None:
-        super().__init__(name, fetch, options.refresh_interval_secs, options.timeout_ms / 1000, options.retry_secs)
-        self.options = options
+    options: RegistryOptions
 
     def request(self) -> tuple[str, dict[str, str]]:
         root = self.options.base_url.rstrip("/")

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gatewayproxy.config.loader import ConfigError
@@ -82,6 +83,17 @@ async def post_json(
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         raise BackendError("answered with invalid JSON") from None
+
+
+def passed_failures_counter(registry: CollectorRegistry, kind: str) -> Counter:
+    """The counter, by plugin and `failure_mode`, of a plugin kind's backend failures that let the request pass
+    (under `allow` or `log_only`): the `passed` counter of `failure_passes`."""
+    return Counter(
+        f"gateway_{kind}_backend_failures_passed",
+        f"{kind.capitalize()} backend failures that let the request pass.",
+        [kind, "failure_mode"],
+        registry=registry,
+    )
 
 
 def failure_passes(failure_mode: str, plugin: str, request_id: str, error: BackendError, passed: Any) -> bool:

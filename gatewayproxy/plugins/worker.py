@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Coroutine
 from typing import Any
+
+from gatewayproxy.server.tasks import cancel_and_wait
 
 
 class SharedWorker:
@@ -31,9 +32,7 @@ class SharedWorker:
         self._users -= 1
         if self._users > 0 or self._task is None:
             return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         self._task = None
         await self.drain()
 

@@ -7,7 +7,6 @@ A counter is a hash `{requests, cost_usd}`; Redis keys are `<key_prefix>guardrai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from gatewayproxy.config.models import GuardrailSource, GuardrailState
 from gatewayproxy.plugins.decisions import BackendError, post_json
 from gatewayproxy.plugins.worker import Uninterrupted
 from gatewayproxy.policy.sources import Session
+from gatewayproxy.server.tasks import cancel_and_wait
 from gatewayproxy.server.upstream import UpstreamPool
 
 logger = logging.getLogger("gatewayproxy.policy")
@@ -142,10 +142,7 @@ class RedisState:
             await self.write_back.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._writing.finish()
         while not self._queue.empty():
             await self._write(self._queue.get_nowait())
@@ -208,9 +205,7 @@ class StateWriteBack:
 
     async def close(self) -> None:
         for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await self._posting.finish()
         self._enqueue()
         while not self._batches.empty():

@@ -4,10 +4,11 @@ chain and key are re-read when their files change, so new connections get the ne
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import ssl
+
+from gatewayproxy.server.tasks import cancel_and_wait
 
 logger = logging.getLogger("gatewayproxy.server")
 # How often the certificate files are checked; a changed certificate is served within this long.
@@ -67,8 +68,5 @@ class ServerTls:
 
     async def close(self) -> None:
         """Stop watching."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

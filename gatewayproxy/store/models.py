@@ -29,32 +29,34 @@ class Section(models.Model):
         return self.name
 
 
-class Destination(models.Model):
-    """A destination, keyed by its name."""
+class NamedEntry(models.Model):
+    """A document entry keyed by its name, which is unique among its collection's."""
 
     name = models.CharField(max_length=200, unique=True)
-    body = models.JSONField(default=dict)
-
-    class Meta:
-        ordering = ("name",)
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class OrderedEntry(models.Model):
-    """A named list entry whose place in the list is its `position` (routes and limits apply in order)."""
-
-    name = models.CharField(max_length=200, unique=True)
-    position = models.IntegerField(default=0)
     body = models.JSONField(default=dict)
 
     class Meta:
         abstract = True
-        ordering = ("position", "id")
 
     def __str__(self) -> str:
         return self.name
+
+
+class Destination(NamedEntry):
+    """A destination, keyed by its name."""
+
+    class Meta:
+        ordering = ("name",)
+
+
+class OrderedEntry(NamedEntry):
+    """A named list entry whose place in the list is its `position` (routes and limits apply in order)."""
+
+    position = models.IntegerField(default=0)
+
+    class Meta:
+        abstract = True
+        ordering = ("position", "id")
 
 
 class Route(OrderedEntry):
@@ -65,17 +67,11 @@ class RateLimit(OrderedEntry):
     """A rate or spend limit; ties between equally specific limits go to the lower `position`."""
 
 
-class Vault(models.Model):
+class Vault(NamedEntry):
     """A vault, keyed by its name."""
-
-    name = models.CharField(max_length=200, unique=True)
-    body = models.JSONField(default=dict)
 
     class Meta:
         ordering = ("id",)
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class PluginInstance(models.Model):

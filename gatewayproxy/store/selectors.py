@@ -9,16 +9,10 @@ from django.db import models, transaction
 
 from gatewayproxy.config.kinds import SINGLE_INSTANCE_SLOTS
 from gatewayproxy.store.document import EntryKey, entry_body, with_entry, without_entry
-from gatewayproxy.store.models import (
-    ROW_MODELS,
-    ConfigVersion,
-    Destination,
-    PluginInstance,
-    RateLimit,
-    Route,
-    Section,
-    Vault,
-)
+from gatewayproxy.store.models import ROW_MODELS, ConfigVersion, Destination, PluginInstance, Section
+
+# The collections the document holds as lists of named entries, in their rows' order.
+NAMED_LISTS = ("routes", "rate_limits", "vaults")
 
 
 @dataclass(frozen=True)
@@ -41,10 +35,15 @@ def config_source() -> str | None:
     return ConfigVersion.objects.filter(pk=1).values_list("source", flat=True).first() or None
 
 
+def collection_rows(key: EntryKey) -> models.QuerySet[Any]:
+    """The rows of the collection an entry belongs to (a plugin's: of its slot)."""
+    rows = ROW_MODELS[key.collection]._default_manager.all()
+    return rows.filter(slot=key.slot) if key.collection == "plugins" else rows
+
+
 def entry_rows(key: EntryKey) -> models.QuerySet[Any]:
     """The row of one document entry (a queryset of at most one)."""
-    rows = ROW_MODELS[key.collection]._default_manager.filter(name=key.name)
-    return rows.filter(slot=key.slot) if key.collection == "plugins" else rows
+    return collection_rows(key).filter(name=key.name)
 
 
 def _named(rows: Any) -> list[dict[str, Any]]:
@@ -67,9 +66,7 @@ def stored_document() -> dict[str, Any]:
     document: dict[str, Any] = {row.name: row.body for row in Section.objects.all()}
     sections = {
         "destinations": {row.name: row.body for row in Destination.objects.all()},
-        "routes": _named(Route.objects.all()),
-        "rate_limits": _named(RateLimit.objects.all()),
-        "vaults": _named(Vault.objects.all()),
+        **{collection: _named(ROW_MODELS[collection]._default_manager.all()) for collection in NAMED_LISTS},
         "plugins": _plugins(),
     }
     document.update({name: section for name, section in sections.items() if section})

@@ -62,10 +62,7 @@ def _bump(version: ConfigVersion) -> int:
 
 
 def _next_position(key: EntryKey) -> int:
-    rows = ROW_MODELS[key.collection]._default_manager.all()
-    if key.collection == "plugins":
-        rows = rows.filter(slot=key.slot)
-    return int(rows.aggregate(last=Max("position"))["last"] or 0) + 1
+    return int(selectors.collection_rows(key).aggregate(last=Max("position"))["last"] or 0) + 1
 
 
 def _save_row(key: EntryKey, body: dict[str, Any], previous: EntryKey | None) -> None:

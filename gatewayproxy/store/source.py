@@ -7,7 +7,6 @@ set up."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 from django.db import connections
 
 from gatewayproxy.config.loader import ConfigError, LoadedConfig
+from gatewayproxy.server.tasks import cancel_and_wait
 from gatewayproxy.state import GatewayState
 from gatewayproxy.store import selectors, services
 from gatewayproxy.store.document import Build, EntryKey, built
@@ -81,10 +81,7 @@ class DatabaseConfig:
 
     async def close(self) -> None:
         """Stop polling and release the thread's database connection."""
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+        await cancel_and_wait(self._poller)
         await self._orm(connections.close_all)
         self._executor.shutdown(wait=True)
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-import yaml
-
+from gatewayproxy.config.loader import read_yaml_file
 from gatewayproxy.config.models import Vault
 
 
@@ -97,11 +96,7 @@ class EnvVault:
 
 def load_secret_file(path: str) -> dict[str, Any]:
     """Parse a static_file vault (YAML or JSON)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as error:
-        raise VaultError(f"cannot read vault file {path}: {error}") from None
+    document = read_yaml_file(path, "vault file", VaultError)
     if not isinstance(document, dict):
         raise VaultError(f"vault file {path} must map credential ids to secrets")
     return document
@@ -130,6 +125,25 @@ class StaticFileVault:
 _TEMPLATE_FIELD = re.compile(r"\{(credential_id|scope\.[^}]+)\}")
 
 
+def filled_template(
+    fields: re.Pattern[str], template: str, value: str, scope: Mapping[str, str], missing: Callable[[str], Exception]
+) -> str:
+    """A URL template with its fields (what `fields` matches: one named field, or `scope.<dim>`) filled in,
+    URL-quoted: the named field with `value`, a scope field with the principal's value of the dimension; a
+    dimension `scope` lacks raises `missing(dim)`."""
+
+    def filled(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not name.startswith("scope."):
+            return quote(value, safe="")
+        dim = name.removeprefix("scope.")
+        if dim not in scope:
+            raise missing(dim)
+        return quote(scope[dim], safe="")
+
+    return fields.sub(filled, template)
+
+
 class HttpVault:
     """Fetches credentials from an HTTP service (`url_template`), with a TTL and size-bounded cache."""
 
@@ -142,17 +156,14 @@ class HttpVault:
     def url_for(self, credential_id: str, scope: Mapping[str, str]) -> str:
         """The URL of a credential; a scope dimension the principal lacks is an error."""
 
-        def value(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name == "credential_id":
-                return quote(credential_id, safe="")
-            dim = name.removeprefix("scope.")
-            if dim not in scope:
-                raise VaultError(f"scope dimension {dim!r} is needed by vault {self.vault.name!r}")
-            return quote(scope[dim], safe="")
-
         assert self.vault.url_template is not None
-        return _TEMPLATE_FIELD.sub(value, self.vault.url_template)
+        return filled_template(
+            _TEMPLATE_FIELD,
+            self.vault.url_template,
+            credential_id,
+            scope,
+            lambda dim: VaultError(f"scope dimension {dim!r} is needed by vault {self.vault.name!r}"),
+        )
 
     async def resolve(self, credential_id: str, scope: Mapping[str, str]) -> Secret:
         """The credential, from the cache while fresh."""
