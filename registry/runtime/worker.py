@@ -1,6 +1,6 @@
 """The runtime worker of `runsessions`: claims sessions with work and runs up to N of them at once.
 
-One dispatcher claims sessions (`claim_batch`) while fewer than `concurrency` are running, and runs
+One dispatcher claims sessions (`log.claim`) while fewer than `concurrency` are running, and runs
 each in a thread of a pool under its own fenced lease; a `LeaseKeeper` renews all leases in one
 statement. It sleeps until LISTEN/NOTIFY (PostgreSQL), an embedded call, a finished session or the
 safety-net poll wakes it. A notification about a session that is running here is handed to its
