@@ -2,29 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from rest_framework.test import APIClient
 
-from registry.workspaces import services
-from registry.workspaces.models import Workspace
-
-
-@dataclass(frozen=True)
-class Tenant:
-    """A workspace, its plaintext API key, and an API client that sends that key."""
-
-    workspace: Workspace
-    api_key: str
-    client: APIClient
-
-
-def make_tenant(name: str) -> Tenant:
-    workspace, issued = services.workspace_create(name=name)
-    client = APIClient()
-    client.credentials(HTTP_X_API_KEY=issued.plaintext)
-    return Tenant(workspace=workspace, api_key=issued.plaintext, client=client)
+from tests.support.tenants import Tenant, make_tenant
 
 
 @pytest.fixture

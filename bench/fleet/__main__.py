@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.common import PROJECT_ROOT, daphne, free_port, machine_description, recreate_database, setup_django
 from bench.gateway.__main__ import CHAT, gateway_config, process, wait_http
 from bench.gateway.loadgen import Client, Results, build_request
-from tests.support.balancer import Pool, nginx
+from fakes.balancer import Pool, nginx
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 CONCURRENCY = 32

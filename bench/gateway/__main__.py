@@ -25,7 +25,7 @@ import uvloop
 import yaml
 
 from bench.gateway.loadgen import Results, run_load
-from tests.support.tls import make_pki
+from fakes.pki import make_pki
 
 PROJECT = Path(__file__).resolve().parents[2]
 LITELLM_VERSION = "1.103.7"

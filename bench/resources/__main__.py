@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.common import machine_description, recreate_database, setup_django
-from tests.runtime.git_server import GitServer
+from fakes.git_server import GitServer
 
 DATABASE_NAME = "registry_bench_resources"
 RESULTS_FILE = Path(__file__).with_name("RESULTS.md")

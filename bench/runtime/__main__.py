@@ -35,8 +35,8 @@ from bench.common import (
     seed_sessions,
     setup_django,
 )
-from tests.runtime import fake_model as replies
-from tests.runtime.fake_model import FakeModel
+from fakes import model as replies
+from fakes.model import FakeModel
 
 DATABASE_NAME = "registry_bench_runtime"
 REDIS_URL = "redis://127.0.0.1:6379/6"

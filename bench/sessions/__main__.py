@@ -111,9 +111,7 @@ def emit_events(session_id: str, count: int, interval: float, commits: dict[int,
     from registry.sessions import log
 
     for _ in range(count):
-        event = log.emit(
-            session_id=session_id, type="agent.message", body={"content": [{"type": "text", "text": "x"}]}
-        )
+        event = log.emit(session_id=session_id, type="agent.message", body={"content": [{"type": "text", "text": "x"}]})
         commits[int(event.seq or 0)] = time.perf_counter()  # log.emit returns after its commit
         time.sleep(interval)
     connection.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from tests.admin.turns import STAFF_PASSWORD, Turn, create_finished_turn
-from tests.conftest import Tenant
+from tests.support.admin_turns import STAFF_PASSWORD, Turn, create_finished_turn
+from tests.support.tenants import Tenant
 
 
 @pytest.fixture

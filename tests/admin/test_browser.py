@@ -19,7 +19,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.admin.turns import ANSWER, QUESTION, STAFF_PASSWORD, Turn, emit
+from tests.support.admin_turns import ANSWER, QUESTION, STAFF_PASSWORD, Turn, emit
 from tests.support.live import ROOT, live_registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

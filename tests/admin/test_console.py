@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.test import Client
 
 from registry.agents.models import AgentVersion
-from registry.sessions import services
+from registry.sessions import log, services
 from registry.vaults.models import VaultCredential
-from tests.admin.turns import ANSWER, QUESTION, REPOSITORY_TOKEN, STAFF_PASSWORD, VAULT_TOKEN, Turn, emit
+from tests.support.admin_turns import ANSWER, QUESTION, REPOSITORY_TOKEN, STAFF_PASSWORD, VAULT_TOKEN, Turn, emit
 
 SESSIONS = "/admin/agent_sessions/session/"
 
@@ -69,7 +69,7 @@ def test_live_read_returns_only_later_events_with_totals(console, turn: Turn):
 
 
 def test_live_read_stops_following_a_terminated_session(console, turn: Turn):
-    services.session_transition(session_id=turn.session_id, status="terminated")
+    log.transition(session_id=turn.session_id, status="terminated")
     assert console.get(on(SESSIONS, turn.session_id, "transcript")).json()["following"] is False
 
 

@@ -100,7 +100,7 @@ def test_the_build_context_keeps_what_the_image_needs() -> None:
     ignored = {line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"}
     needed = {"manage.py", "requirements.txt", "settings", "registry", "gatewayproxy", "scripts"}
     assert not needed & ignored
-    assert {".git", ".venv", "var", "tests"} <= ignored
+    assert {".git", ".venv", "var", "tests", "bench", "fakes"} <= ignored
 
 
 class HealthHandler(http.server.BaseHTTPRequestHandler):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gatewayproxy.config.loader import validate_document
-from tests.deploy.kustomize import Manifest, identity, load_documents, pod_spec, render
+from tests.support.kustomize import Manifest, identity, load_documents, pod_spec, render
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"

@@ -21,12 +21,20 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from fakes.waiting import wait_until
 from registry.sessions.models import Session, SessionEvent
 from registry.triggers.models import TriggerFire
-from tests.conftest import make_tenant
-from tests.e2e.fleet import MODEL, Fleet, RegistryClient, StreamReader, Traffic, gateway_document, running_fleet
-from tests.support.fleet import SLOW_PREFIX, EchoModel
-from tests.support.waiting import wait_until
+from tests.support.fleet.children import SLOW_PREFIX, EchoModel
+from tests.support.fleet.cluster import (
+    MODEL,
+    Fleet,
+    RegistryClient,
+    StreamReader,
+    Traffic,
+    gateway_document,
+    running_fleet,
+)
+from tests.support.tenants import make_tenant
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(540)]
 

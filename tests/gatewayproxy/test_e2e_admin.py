@@ -3,42 +3,33 @@ and the loopback rule with its admin token."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.documents import destination, one_destination
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 
 
 def document(provider: FakeProvider, **extra: Any) -> dict[str, Any]:
-    return {
-        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {
-            "one": {
-                "kind": "vendor_a",
-                "base_url": f"{provider.url}/v1",
-                "credentials": {"vault": "v"},
-                "model_map": {"small": "provider-small"},
-                "pricing": {"input_per_1m": 1.5, "output_per_1m": 2.0},
-            }
-        },
-        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
-        "guardrail_state": {"kind": "redis", "url": "redis://user:hunter2@127.0.0.1:6379/0", "misspeled": 1},
-        **extra,
-    }
+    upstream = destination(
+        "vendor_a",
+        f"{provider.url}/v1",
+        model_map={"small": "provider-small"},
+        pricing={"input_per_1m": 1.5, "output_per_1m": 2.0},
+    )
+    guardrail_state = {"kind": "redis", "url": "redis://user:hunter2@127.0.0.1:6379/0", "misspeled": 1}
+    return one_destination(upstream, guardrail_state=guardrail_state, **extra)
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider) -> Iterator[GatewayThread]:
-    running = GatewayThread(document(primary)).start()
-    yield running
-    running.stop()
+def gateway(module_gateway_factory: GatewayFactory, primary: FakeProvider) -> GatewayThread:
+    return module_gateway_factory(document(primary))
 
 
 def test_health_and_readiness(gateway: GatewayThread) -> None:
@@ -122,28 +113,22 @@ def test_validate_runs_live_checks(gateway: GatewayThread, primary: FakeProvider
     ]
 
 
-def test_pricing_resolves_with_a_cost_model(primary: FakeProvider) -> None:
-    running = GatewayThread(document(primary, plugins={"cost_model": {"name": "c", "kind": "static_table"}})).start()
-    try:
-        response = httpx.get(
-            f"{running.admin_url}/admin/v1/pricing/resolve", params={"provider": "vendor_a", "model": "small"}
-        )
-        health = httpx.get(f"{running.admin_url}/admin/v1/health/plugins").json()
-    finally:
-        running.stop()
+def test_pricing_resolves_with_a_cost_model(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
+    running = gateway_factory(document(primary, plugins={"cost_model": {"name": "c", "kind": "static_table"}}))
+    response = httpx.get(
+        f"{running.admin_url}/admin/v1/pricing/resolve", params={"provider": "vendor_a", "model": "small"}
+    )
+    health = httpx.get(f"{running.admin_url}/admin/v1/health/plugins").json()
     assert response.json()["pricing"] == {"input_per_1m": 1.5, "output_per_1m": 2.0}
     assert health["plugins"] == [{"slot": "cost_model", "name": "c", "kind": "static_table", "status": "configured"}]
 
 
-def test_admin_token_guards_every_admin_request(primary: FakeProvider, tmp_path: Any) -> None:
+def test_admin_token_guards_every_admin_request(
+    gateway_factory: GatewayFactory, primary: FakeProvider, tmp_path: Any
+) -> None:
     (tmp_path / "admin.token").write_text("s3cret\n")
-    running = GatewayThread(
-        document(primary, server={"admin_token_file": "admin.token"}), base_dir=str(tmp_path)
-    ).start()
-    try:
-        refused = httpx.get(f"{running.admin_url}/healthz")
-        allowed = httpx.get(f"{running.admin_url}/healthz", headers={"authorization": "Bearer s3cret"})
-    finally:
-        running.stop()
+    running = gateway_factory(document(primary, server={"admin_token_file": "admin.token"}), base_dir=tmp_path)
+    refused = httpx.get(f"{running.admin_url}/healthz")
+    allowed = httpx.get(f"{running.admin_url}/healthz", headers={"authorization": "Bearer s3cret"})
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthenticated"
     assert allowed.status_code == 200

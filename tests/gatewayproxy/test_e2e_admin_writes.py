@@ -4,7 +4,6 @@ commit, and swap the snapshot; invalid writes change nothing; traffic never fail
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -12,16 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
+from fakes.waiting import wait_until
 from gatewayproxy.store import selectors
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.store_harness import (
-    STORE_ONLY_DATABASE,
-    BuiltGatewayThread,
-    database_gateway,
-    import_document,
-    provider_document,
-)
-from tests.support.waiting import wait_until
+from tests.support.gateway.documents import destination
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.store import STORE_ONLY_DATABASE, database_gateway, import_document, provider_document
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = [pytest.mark.e2e, STORE_ONLY_DATABASE]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -32,31 +27,27 @@ def to(destination: str, **match: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> Iterator[BuiltGatewayThread]:
+def gateway(
+    gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider, secondary: FakeProvider
+) -> GatewayThread:
     import_document(tmp_path, initial_document(primary, secondary))
-    running = database_gateway().start()
-    yield running
-    running.stop()
+    return gateway_factory.around(database_gateway())
 
 
 def initial_document(primary: FakeProvider, secondary: FakeProvider) -> dict[str, Any]:
     document = provider_document(primary)
-    document["destinations"]["two"] = {
-        "kind": "vendor_a",
-        "base_url": f"{secondary.url}/v1",
-        "credentials": {"vault": "v"},
-    }
+    document["destinations"]["two"] = destination("vendor_a", f"{secondary.url}/v1")
     document["routes"] = [{"name": "all", **to("one", model="m")}]
     return document
 
 
-def served_by(gateway: BuiltGatewayThread, model: str = "m") -> str:
+def served_by(gateway: GatewayThread, model: str = "m") -> str:
     answer = httpx.post(f"{gateway.url}/v1/chat/completions", json={**CHAT, "model": model})
     assert answer.status_code == 200, answer.text
     return str(answer.json()["choices"][0]["message"]["content"])
 
 
-def test_put_and_delete_take_effect_at_once(gateway: BuiltGatewayThread) -> None:
+def test_put_and_delete_take_effect_at_once(gateway: GatewayThread) -> None:
     admin, version = gateway.admin_url, selectors.config_version()
     first = httpx.put(f"{admin}/admin/v1/routes/special", json=to("two", model="special"))
     assert first.status_code == 200
@@ -90,7 +81,7 @@ def test_put_and_delete_take_effect_at_once(gateway: BuiltGatewayThread) -> None
     ],
 )
 def test_an_invalid_write_is_400_and_changes_nothing(
-    gateway: BuiltGatewayThread, method: str, path: str, body: Any, problem: str
+    gateway: GatewayThread, method: str, path: str, body: Any, problem: str
 ) -> None:
     before_state = gateway.gateway.runtime.state if gateway.gateway.runtime else None
     version = selectors.config_version()
@@ -105,7 +96,7 @@ def test_an_invalid_write_is_400_and_changes_nothing(
     assert selectors.config_version() == version
 
 
-def test_plugins_name_their_slot(gateway: BuiltGatewayThread) -> None:
+def test_plugins_name_their_slot(gateway: GatewayThread) -> None:
     url = f"{gateway.admin_url}/admin/v1/config/plugins/audit"
     written = httpx.put(url, json={"slot": "audit_sinks", "kind": "noop"})
     assert written.status_code == 200 and written.json() == {"slot": "audit_sinks", "name": "audit", "kind": "noop"}
@@ -116,7 +107,7 @@ def test_plugins_name_their_slot(gateway: BuiltGatewayThread) -> None:
     assert httpx.delete(url).status_code == 404
 
 
-def test_concurrent_writes_are_serialized(gateway: BuiltGatewayThread) -> None:
+def test_concurrent_writes_are_serialized(gateway: GatewayThread) -> None:
     names, version = [f"r{index}" for index in range(8)], selectors.config_version()
     with ThreadPoolExecutor(len(names)) as pool:
         answers = list(
@@ -130,7 +121,7 @@ def test_concurrent_writes_are_serialized(gateway: BuiltGatewayThread) -> None:
     assert sorted(served) == sorted(["all", *names])
 
 
-def test_writes_under_load_fail_no_request(gateway: BuiltGatewayThread) -> None:
+def test_writes_under_load_fail_no_request(gateway: GatewayThread) -> None:
     statuses: list[int] = []
     stop = threading.Event()
 
@@ -156,7 +147,7 @@ def test_writes_under_load_fail_no_request(gateway: BuiltGatewayThread) -> None:
     assert len(statuses) > 20 and set(statuses) == {200}
 
 
-def test_a_request_in_flight_finishes_on_its_snapshot(gateway: BuiltGatewayThread, primary: FakeProvider) -> None:
+def test_a_request_in_flight_finishes_on_its_snapshot(gateway: GatewayThread, primary: FakeProvider) -> None:
     runtime = gateway.gateway.runtime
     assert runtime is not None
     old = runtime.state

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,12 @@ from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.decision_servers import HANG, JsonServer, serving
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.support.identity import write_identity
+from tests.support.gateway.callers import write_identity
+from tests.support.gateway.decisions import HANG, JsonServer
+from tests.support.gateway.documents import destination, fallback_route, static_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.e2e
 ACL = {
@@ -32,22 +33,24 @@ ACL = {
 }
 
 
-@contextlib.contextmanager
-def gateway_with(primary: FakeProvider, directory: Path, authorizers: list[dict]) -> Iterator[GatewayThread]:
-    (directory / "vault.yaml").write_text(yaml.safe_dump({"provider": "provider-secret"}))
-    credentials = {"vault": "files", "credential_id": "provider"}
-    document = {
-        "identity": write_identity(directory),
-        "vaults": [{"name": "files", "resolver": "static_file", "file": str(directory / "vault.yaml")}],
-        "destinations": {"chat": {"kind": "vendor_a", "base_url": f"{primary.url}/v1", "credentials": credentials}},
-        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "chat"}]}}],
-        "plugins": {"authorizers": authorizers},
-    }
-    running = GatewayThread(document).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+@pytest.fixture
+def authorized(
+    gateway_factory: GatewayFactory, primary: FakeProvider, tmp_path: Path
+) -> Callable[[list[dict[str, Any]]], GatewayThread]:
+    """Starts a gateway (for the test) before `primary` whose callers are the three `CALLERS`, with these
+    authorizers."""
+
+    def start(authorizers: list[dict[str, Any]]) -> GatewayThread:
+        document = {
+            "identity": write_identity(tmp_path),
+            "vaults": [static_vault(tmp_path, {"provider": "provider-secret"}, name="files")],
+            "destinations": {"chat": destination("vendor_a", f"{primary.url}/v1", "files", "provider")},
+            "routes": [fallback_route("all", None, "chat")],
+            "plugins": {"authorizers": authorizers},
+        }
+        return gateway_factory(document)
+
+    return start
 
 
 def call(
@@ -65,19 +68,19 @@ def outcome(response: httpx.Response) -> int | str:
     return str(document["error"]["code"])
 
 
-def test_yaml_acl_first_matching_rule_decides_and_strangers_are_denied(primary: FakeProvider, tmp_path: Path) -> None:
+def test_yaml_acl_first_matching_rule_decides_and_strangers_are_denied(
+    authorized: Callable[[list[dict[str, Any]]], GatewayThread], primary: FakeProvider, tmp_path: Path
+) -> None:
     (tmp_path / "acl.yaml").write_text(yaml.safe_dump(ACL))
-    with gateway_with(
-        primary, tmp_path, [{"name": "acl", "kind": "yaml_acl", "file": str(tmp_path / "acl.yaml")}]
-    ) as gateway:
-        outcomes = {
-            "alice a-model": outcome(call(gateway, "key-alice")),
-            "alice other model": outcome(call(gateway, "key-alice", model="b-small")),
-            "bob messages": outcome(call(gateway, "key-bob", path="/v1/messages")),
-            "bob chat": outcome(call(gateway, "key-bob")),
-            "carol": outcome(call(gateway, "key-carol")),
-        }
-        refused = call(gateway, "key-bob")
+    gateway = authorized([{"name": "acl", "kind": "yaml_acl", "file": str(tmp_path / "acl.yaml")}])
+    outcomes = {
+        "alice a-model": outcome(call(gateway, "key-alice")),
+        "alice other model": outcome(call(gateway, "key-alice", model="b-small")),
+        "bob messages": outcome(call(gateway, "key-bob", path="/v1/messages")),
+        "bob chat": outcome(call(gateway, "key-bob")),
+        "carol": outcome(call(gateway, "key-carol")),
+    }
+    refused = call(gateway, "key-bob")
     assert outcomes == {
         "alice a-model": 200,
         "alice other model": "forbidden",
@@ -90,18 +93,15 @@ def test_yaml_acl_first_matching_rule_decides_and_strangers_are_denied(primary: 
     assert len(primary.received) == 2  # nothing was spent on a refused request
 
 
-def test_opa_decides_on_the_request_facts(primary: FakeProvider, tmp_path: Path) -> None:
+def test_opa_decides_on_the_request_facts(authorized: Callable[[list[dict[str, Any]]], GatewayThread]) -> None:
     def policy(path: str, asked: Any) -> tuple[int, Any]:
         facts = asked["input"]
         if path.endswith("/allow"):
             return 200, {"result": facts["scope"].get("team") == "red"}
         return 200, {"result": {"allow": facts["principal"] == "alice", "reason": "only alice"}}
 
-    with (
-        serving(JsonServer(policy)) as opa,
-        gateway_with(
-            primary,
-            tmp_path,
+    with serving(JsonServer(policy).start()) as opa:
+        gateway = authorized(
             [
                 {"name": "opa-object", "kind": "opa_http", "url": opa.url, "package": "gateway.authz"},
                 {
@@ -111,9 +111,8 @@ def test_opa_decides_on_the_request_facts(primary: FakeProvider, tmp_path: Path)
                     "package": "gateway/authz",
                     "rule": "allow",
                 },
-            ],
-        ) as gateway,
-    ):
+            ]
+        )
         alice, bob = call(gateway, "key-alice"), call(gateway, "key-bob")
     assert alice.status_code == 200
     assert bob.status_code == 403 and "only alice" in bob.json()["error"]["message"]
@@ -127,25 +126,11 @@ def test_opa_decides_on_the_request_facts(primary: FakeProvider, tmp_path: Path)
 
 @pytest.mark.parametrize(("failure_mode", "expected"), [("deny", "forbidden"), ("allow", 200), ("log_only", 200)])
 def test_a_hanging_opa_follows_failure_mode_within_its_timeout(
-    failure_mode: str, expected: int | str, primary: FakeProvider, tmp_path: Path
+    authorized: Callable[[list[dict[str, Any]]], GatewayThread], failure_mode: str, expected: int | str
 ) -> None:
-    with (
-        serving(JsonServer(lambda path, asked: HANG)) as opa,
-        gateway_with(
-            primary,
-            tmp_path,
-            [
-                {
-                    "name": "opa",
-                    "kind": "opa_http",
-                    "url": opa.url,
-                    "package": "authz",
-                    "timeout_ms": 200,
-                    "failure_mode": failure_mode,
-                }
-            ],
-        ) as gateway,
-    ):
+    with serving(JsonServer(lambda path, asked: HANG).start()) as opa:
+        opa_options = {"package": "authz", "timeout_ms": 200, "failure_mode": failure_mode}
+        gateway = authorized([{"name": "opa", "kind": "opa_http", "url": opa.url, **opa_options}])
         started = time.monotonic()
         response = call(gateway, "key-alice")
         elapsed = time.monotonic() - started
@@ -158,21 +143,17 @@ def test_a_hanging_opa_follows_failure_mode_within_its_timeout(
         )
 
 
-def test_ext_proc_and_allow_all_must_all_allow(primary: FakeProvider, tmp_path: Path) -> None:
+def test_ext_proc_and_allow_all_must_all_allow(authorized: Callable[[list[dict[str, Any]]], GatewayThread]) -> None:
     def processor(path: str, facts: Any) -> tuple[int, Any]:
         return 200, {"allow": facts["principal"] != "carol", "reason": "carol is suspended"}
 
-    with (
-        serving(JsonServer(processor)) as server,
-        gateway_with(
-            primary,
-            tmp_path,
+    with serving(JsonServer(processor).start()) as server:
+        gateway = authorized(
             [
                 {"name": "everyone", "kind": "allow_all"},
                 {"name": "proc", "kind": "ext_proc", "url": f"{server.url}/authorize", "timeout_ms": 500},
-            ],
-        ) as gateway,
-    ):
+            ]
+        )
         alice, carol = call(gateway, "key-alice"), call(gateway, "key-carol")
         metrics = gateway.metrics_text
     assert alice.status_code == 200

@@ -4,16 +4,16 @@ guardrails judge a `tools/call`'s arguments (`tool_call`) and its result (`tool_
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import yaml
 
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.support.identity import write_identity
+from tests.support.gateway.callers import write_identity
+from tests.support.gateway.documents import fallback_route, file_vault
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.mcp_servers import RecordingMcpServer
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
@@ -32,7 +32,9 @@ GUARDRAILS = [
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer) -> Iterator[GatewayThread]:
+def gateway(
+    module_gateway_factory: GatewayFactory, tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer
+) -> GatewayThread:
     directory = tmp_path_factory.mktemp("mcp-governed")
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token"}))
     (directory / "acl.yaml").write_text(
@@ -40,25 +42,17 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServ
     )
     document = {
         "identity": write_identity(directory),
-        "vaults": [{"name": "files", "resolver": "static_file", "file": str(directory / "vault.yaml")}],
+        "vaults": [file_vault(directory / "vault.yaml")],
         "destinations": {
             "notes": {"kind": "mcp", "url": upstream.url, "credentials": {"vault": "files", "credential_id": "notes"}}
         },
-        "routes": [
-            {
-                "name": "mcp",
-                "match": {"path": "/v1/mcp"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
-            }
-        ],
+        "routes": [fallback_route("mcp", {"path": "/v1/mcp"}, "notes")],
         "plugins": {
             "authorizers": [{"name": "acl", "kind": "yaml_acl", "file": str(directory / "acl.yaml")}],
             "guardrails": GUARDRAILS,
         },
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document)
 
 
 def post(gateway: GatewayThread, key: str, message: dict, session: str | None = None) -> httpx.Response:

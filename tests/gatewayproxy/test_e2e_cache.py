@@ -8,20 +8,20 @@ import json
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import redis
 
+from fakes.waiting import wait_until
 from gatewayproxy.http.sse import SseDecoder
 from gatewayproxy.pipeline.cache import ChatAssembler, MessagesAssembler, chat_frames, messages_frames
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, StdoutRecords, two_shapes
+from tests.support.gateway.documents import path_vault, two_shapes
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.sinks import HI, StdoutRecords
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 from tests.support.live import free_port
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -30,24 +30,19 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 def cache_document(chat: FakeProvider, messages: FakeProvider, cache: dict[str, Any], **plugins: Any) -> dict[str, Any]:
     """Models `a-*` to a chat-shaped destination, `b-*` to a messages-shaped one, callers' scope from
     `x-scope-team` / `x-scope-user`, and the cache plugin `cache`."""
-    document = two_shapes(
-        {"name": "keys", "resolver": "env", "env_var": "PATH"},
-        chat,
-        messages,
+    return two_shapes(
+        chat.url,
+        messages.url,
+        vault=path_vault("keys"),
+        identity={"scope_dims": ["team", "user"]},
         plugins={"cache": {"name": "answers", **cache}, **plugins},
         spend={"trusted_header_dims": ["team", "user"]},
     )
-    document["identity"] = {"scope_dims": ["team", "user"]}
-    for destination in document["destinations"].values():
-        destination["credentials"] = {"vault": "keys"}
-    return document
 
 
 @pytest.fixture
-def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
-    running = GatewayThread(cache_document(primary, secondary, {"kind": "memory_exact"})).start()
-    yield running
-    running.stop()
+def gateway(gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider) -> GatewayThread:
+    return gateway_factory(cache_document(primary, secondary, {"kind": "memory_exact"}))
 
 
 def chat(gateway: GatewayThread, content: str = "hi", **headers: str) -> httpx.Response:
@@ -111,15 +106,14 @@ def test_tenants_do_not_share_answers(gateway: GatewayThread, primary: FakeProvi
     assert len(primary.received) == 4
 
 
-def test_shared_cache_serves_every_tenant(primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_shared_cache_serves_every_tenant(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     document = cache_document(primary, secondary, {"kind": "memory_exact", "shared": True})
-    running = GatewayThread(document).start()
-    try:
-        assert chat(running, **{"x-scope-team": "red"}).headers["x-gateway-cache"] == "miss"
-        assert chat(running, **{"x-scope-team": "blue"}).headers["x-gateway-cache"] == "hit"
-        assert len(primary.received) == 1
-    finally:
-        running.stop()
+    running = gateway_factory(document)
+    assert chat(running, **{"x-scope-team": "red"}).headers["x-gateway-cache"] == "miss"
+    assert chat(running, **{"x-scope-team": "blue"}).headers["x-gateway-cache"] == "hit"
+    assert len(primary.received) == 1
 
 
 def test_streamed_hit_replayed_to_the_vendor_a_sdk(gateway: GatewayThread, primary: FakeProvider) -> None:
@@ -170,48 +164,47 @@ def test_translated_answers_are_cached_per_client_protocol(gateway: GatewayThrea
     assert second.json()["object"] == "chat.completion" and len(secondary.received) == 1
 
 
-def test_hit_usage_record(primary: FakeProvider, secondary: FakeProvider, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hit_usage_record(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
     sinks = [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]
     document = cache_document(primary, secondary, {"kind": "memory_exact"}, usage_sinks=sinks)
     document["destinations"]["shape_a"]["pricing"] = {"input_per_1m": 1.0, "output_per_1m": 2.0}
-    running = GatewayThread(document).start()
-    try:
-        records = StdoutRecords(capsys)
-        miss = records.of(chat(running).headers["x-request-id"])
-        hit = records.of(chat(running).headers["x-request-id"])
-    finally:
-        running.stop()
+    running = gateway_factory(document)
+    records = StdoutRecords(capsys)
+    miss = records.of(chat(running).headers["x-request-id"])
+    hit = records.of(chat(running).headers["x-request-id"])
     assert miss["cache_hit"] is False and miss["cost_usd"] > 0 and miss["input_tokens"] == 11
     assert hit["cache_hit"] is True and hit["cost_usd"] == 0
     assert (hit["status"], hit["route"], hit["input_tokens"], hit["output_tokens"]) == (200, "to_a", 0, 0)
 
 
-def test_unconfigured_cache_adds_no_header(primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_unconfigured_cache_adds_no_header(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     document = cache_document(primary, secondary, {"kind": "memory_exact"})
     document["plugins"] = {}
-    running = GatewayThread(document).start()
-    try:
-        assert "x-gateway-cache" not in chat(running).headers
-    finally:
-        running.stop()
+    running = gateway_factory(document)
+    assert "x-gateway-cache" not in chat(running).headers
 
 
-def test_memory_entries_are_bounded(primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_memory_entries_are_bounded(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     document = cache_document(primary, secondary, {"kind": "memory_exact", "max_entries": 1})
-    running = GatewayThread(document).start()
-    try:
-        chat(running, "one")
-        chat(running, "two")
-        assert chat(running, "one").headers["x-gateway-cache"] == "miss"
-        assert chat(running, "one").headers["x-gateway-cache"] == "hit"
-    finally:
-        running.stop()
+    running = gateway_factory(document)
+    chat(running, "one")
+    chat(running, "two")
+    assert chat(running, "one").headers["x-gateway-cache"] == "miss"
+    assert chat(running, "one").headers["x-gateway-cache"] == "hit"
 
 
-def test_bad_option_fails_naming_it(primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_bad_option_fails_naming_it(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     document = cache_document(primary, secondary, {"kind": "memory_exact", "max_entires": 5})
     with pytest.raises(Exception, match=r"plugins\.cache\.max_entires"):
-        GatewayThread(document).start()
+        gateway_factory(document)
 
 
 # redis_exact
@@ -221,34 +214,29 @@ def redis_cache(url: str, **options: Any) -> dict[str, Any]:
     return {"kind": "redis_exact", "url": url, "key_prefix": f"gw:cache-test:{uuid.uuid4().hex}:", **options}
 
 
-def test_redis_exact_is_shared_between_replicas(primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_redis_exact_is_shared_between_replicas(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     cache = redis_cache(REDIS_URL)
-    replicas = [GatewayThread(cache_document(primary, secondary, cache)).start() for _ in range(2)]
-    try:
-        assert chat(replicas[0]).headers["x-gateway-cache"] == "miss"
-        # The entry is written off the request path: wait for it to be in Redis.
-        client = redis.Redis.from_url(REDIS_URL)
-        wait_until(lambda: client.keys(cache["key_prefix"] + "*"), what="the cache entry in redis")
-        assert chat(replicas[1]).headers["x-gateway-cache"] == "hit"
-        assert len(primary.received) == 1
-        keys = client.keys(cache["key_prefix"] + "*")
-        assert len(keys) == 1 and 0 < client.ttl(keys[0]) <= 300
-        client.delete(*keys)
-        client.close()
-    finally:
-        for replica in replicas:
-            replica.stop()
+    replicas = [gateway_factory(cache_document(primary, secondary, cache)) for _ in range(2)]
+    assert chat(replicas[0]).headers["x-gateway-cache"] == "miss"
+    # The entry is written off the request path: wait for it to be in Redis.
+    client = redis.Redis.from_url(REDIS_URL)
+    wait_until(lambda: client.keys(cache["key_prefix"] + "*"), what="the cache entry in redis")
+    assert chat(replicas[1]).headers["x-gateway-cache"] == "hit"
+    assert len(primary.received) == 1
+    keys = client.keys(cache["key_prefix"] + "*")
+    assert len(keys) == 1 and 0 < client.ttl(keys[0]) <= 300
+    client.delete(*keys)
+    client.close()
 
 
-def test_redis_down_is_a_miss(primary: FakeProvider, secondary: FakeProvider) -> None:
-    running = GatewayThread(cache_document(primary, secondary, redis_cache(f"redis://127.0.0.1:{free_port()}"))).start()
-    try:
-        for _ in range(3):
-            response = chat(running)
-            assert response.status_code == 200 and response.headers["x-gateway-cache"] == "miss"
-        assert len(primary.received) == 3
-    finally:
-        running.stop()
+def test_redis_down_is_a_miss(gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider) -> None:
+    running = gateway_factory(cache_document(primary, secondary, redis_cache(f"redis://127.0.0.1:{free_port()}")))
+    for _ in range(3):
+        response = chat(running)
+        assert response.status_code == 200 and response.headers["x-gateway-cache"] == "miss"
+    assert len(primary.received) == 3
 
 
 class SilentServer:
@@ -281,18 +269,17 @@ class SilentServer:
             connection.close()
 
 
-def test_redis_slow_past_timeout_is_a_miss(primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_redis_slow_past_timeout_is_a_miss(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider
+) -> None:
     with SilentServer() as silent:
-        cache = redis_cache(silent.url, timeout_ms=50)
-        running = GatewayThread(cache_document(primary, secondary, cache)).start()
-        try:
-            for _ in range(3):
-                response = chat(running)
-                assert response.status_code == 200 and response.headers["x-gateway-cache"] == "miss"
-                assert response.elapsed.total_seconds() < 2
-            assert len(primary.received) == 3 and silent.connections
-        finally:
-            running.stop()
+        running = gateway_factory(cache_document(primary, secondary, redis_cache(silent.url, timeout_ms=50)))
+        for _ in range(3):
+            response = chat(running)
+            assert response.status_code == 200 and response.headers["x-gateway-cache"] == "miss"
+            assert response.elapsed.total_seconds() < 2
+        assert len(primary.received) == 3 and silent.connections
+        running.stop()  # before the silent server closes its connections
 
 
 # The replay and assembly of streams, without sockets.

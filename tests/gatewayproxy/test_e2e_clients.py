@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from tests.gatewayproxy.fake_provider import TOOL_ARGUMENTS, FakeProvider
-from tests.gatewayproxy.harness import GatewayThread, two_shapes
+from tests.support.gateway.documents import two_shapes
+from tests.support.gateway.provider import TOOL_ARGUMENTS, FakeProvider
+from tests.support.gateway.requests import chat_tool_turn
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
+HI: Any = [{"role": "user", "content": "hi"}]
 WEATHER_TOOL_A: Any = {
     "type": "function",
     "function": {
@@ -30,12 +32,12 @@ WEATHER_TOOL_B: Any = {
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None) -> Iterator[GatewayThread]:
+def gateway(
+    module_gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider, provider_keys: None
+) -> GatewayThread:
     """Models `a-*` go to a chat-shaped destination, `b-*` to a messages-shaped one."""
-    document = two_shapes(primary.url, secondary.url, model_map={"b-small": "provider-b-small-v1"})
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    shape_b = {"model_map": {"b-small": "provider-b-small-v1"}}
+    return module_gateway_factory(two_shapes(primary.url, secondary.url, shape_b=shape_b))
 
 
 def test_chat_to_chat_destination_json(gateway: GatewayThread, primary: FakeProvider) -> None:
@@ -47,28 +49,25 @@ def test_chat_to_chat_destination_json(gateway: GatewayThread, primary: FakeProv
     assert sent.headers["authorization"] == "Bearer provider-a-key"
 
 
+def chat_chunks(gateway: GatewayThread, model: str, **options: Any) -> list[Any]:
+    """The chunks of a chat completion of `hi` streamed to the vendor-A client."""
+    return list(gateway.openai.chat.completions.create(model=model, messages=HI, stream=True, **options))
+
+
+def text_of(chunks: list[Any]) -> str:
+    return "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+
+
 def test_chat_stream_hides_usage_the_client_did_not_ask_for(gateway: GatewayThread, primary: FakeProvider) -> None:
-    chunks: list[Any] = list(
-        gateway.openai.chat.completions.create(
-            model="a-large", messages=[{"role": "user", "content": "hi"}], stream=True
-        )
-    )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
-    assert text == "Hello from primary"
+    chunks = chat_chunks(gateway, "a-large")
+    assert text_of(chunks) == "Hello from primary"
     assert all(chunk.usage is None for chunk in chunks)
     assert primary.received[0].body["stream_options"] == {"include_usage": True}
     assert 'gateway_tokens_total{destination="shape_a",direction="input"}' in gateway.metrics_text
 
 
 def test_chat_stream_keeps_usage_the_client_asked_for(gateway: GatewayThread) -> None:
-    chunks: list[Any] = list(
-        gateway.openai.chat.completions.create(
-            model="a-large",
-            messages=[{"role": "user", "content": "hi"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
+    chunks = chat_chunks(gateway, "a-large", stream_options={"include_usage": True})
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
 
 
@@ -86,12 +85,14 @@ def test_messages_to_messages_destination_json(gateway: GatewayThread, secondary
     assert sent.body["model"] == "provider-b-small-v1"
 
 
+def messages_stream(gateway: GatewayThread, model: str) -> tuple[str, Any]:
+    """The text of a message to `hi` streamed to the vendor-B client, and the final message."""
+    with gateway.anthropic.messages.stream(model=model, max_tokens=64, messages=HI) as stream:
+        return "".join(stream.text_stream), stream.get_final_message()
+
+
 def test_messages_stream_to_messages_destination(gateway: GatewayThread) -> None:
-    with gateway.anthropic.messages.stream(
-        model="b-small", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
-    ) as stream:
-        text = "".join(stream.text_stream)
-        final = stream.get_final_message()
+    text, final = messages_stream(gateway, "b-small")
     assert text == "Hello from secondary"
     assert final.usage.output_tokens == 5
 
@@ -120,27 +121,15 @@ def test_messages_client_on_chat_destination(gateway: GatewayThread, primary: Fa
 
 
 def test_chat_stream_from_messages_destination(gateway: GatewayThread) -> None:
-    chunks: list[Any] = list(
-        gateway.openai.chat.completions.create(
-            model="b-small",
-            messages=[{"role": "user", "content": "hi"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
-    assert text == "Hello from secondary"
+    chunks = chat_chunks(gateway, "b-small", stream_options={"include_usage": True})
+    assert text_of(chunks) == "Hello from secondary"
     finishes = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
     assert finishes == ["stop"]
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 13
 
 
 def test_messages_stream_from_chat_destination(gateway: GatewayThread) -> None:
-    with gateway.anthropic.messages.stream(
-        model="a-large", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
-    ) as stream:
-        text = "".join(stream.text_stream)
-        final = stream.get_final_message()
+    text, final = messages_stream(gateway, "a-large")
     assert text == "Hello from primary"
     assert final.stop_reason == "end_turn"
     assert final.usage.output_tokens == 7
@@ -196,18 +185,7 @@ def test_tool_results_translate_to_messages_shape(gateway: GatewayThread, second
         model="b-small",
         messages=[
             {"role": "user", "content": "weather?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_9",
-                        "type": "function",
-                        "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_9", "content": "cold"},
+            *chat_tool_turn("call_9", "weather", '{"city": "Oslo"}', "cold"),
         ],
     )
     messages = secondary.received[0].body["messages"]

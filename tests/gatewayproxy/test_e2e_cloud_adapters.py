@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,8 +12,9 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.documents import destination, fallback_route, file_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -22,7 +22,9 @@ ACCESS_KEY, SECRET_KEY = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKE
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayThread]:
+def gateway(
+    module_gateway_factory: GatewayFactory, primary: FakeProvider, tmp_path_factory: pytest.TempPathFactory
+) -> GatewayThread:
     directory = tmp_path_factory.mktemp("cloud")
     (directory / "vault.json").write_text(
         json.dumps(
@@ -33,53 +35,30 @@ def gateway(primary: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> 
             }
         )
     )
-    document = {
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.json"}],
-        "destinations": {
-            "bedrock": {
-                "kind": "vendor_d",
-                "region": "us-west-2",
-                "base_url": primary.url,
-                "credentials": {"vault": "files", "credential_id": "aws"},
-                "model_map": {"claude": "anthropic.claude-v2:1"},
-            },
-            "vertex": {
-                "kind": "vendor_e",
-                "project": "proj-1",
-                "location": "europe-west1",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "files", "credential_id": "gcp"},
-                "model_map": {"vx-sonnet": "claude-sonnet-4@20250514"},  # `claude-*`: the partner family
-            },
-            "azure": {
-                "kind": "cloud_vendor_c",
-                "base_url": primary.url,
-                "deployment": "dep-4o",
-                "api_version": "2024-10-21",
-                "credentials": {"vault": "files", "credential_id": "azure"},
-            },
-        },
-        "routes": [
-            {
-                "name": "d",
-                "match": {"model": "claude"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "bedrock"}]},
-            },
-            {
-                "name": "e",
-                "match": {"model": "vx-*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "vertex"}]},
-            },
-            {
-                "name": "c",
-                "match": {"model": "az-*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "azure"}]},
-            },
-        ],
+    destinations = {
+        "bedrock": destination(
+            "vendor_d", primary.url, "files", "aws", region="us-west-2", model_map={"claude": "anthropic.claude-v2:1"}
+        ),
+        "vertex": destination(
+            "vendor_e",
+            f"{primary.url}/v1",
+            "files",
+            "gcp",
+            project="proj-1",
+            location="europe-west1",
+            model_map={"vx-sonnet": "claude-sonnet-4@20250514"},  # `claude-*`: the partner family
+        ),
+        "azure": destination(
+            "cloud_vendor_c", primary.url, "files", "azure", deployment="dep-4o", api_version="2024-10-21"
+        ),
     }
-    running = GatewayThread(document, base_dir=str(directory)).start()
-    yield running
-    running.stop()
+    routes = [
+        fallback_route("d", "claude", "bedrock"),
+        fallback_route("e", "vx-*", "vertex"),
+        fallback_route("c", "az-*", "azure"),
+    ]
+    document = {"vaults": [file_vault("vault.json")], "destinations": destinations, "routes": routes}
+    return module_gateway_factory(document, base_dir=directory)
 
 
 def test_vendor_d_request_is_sigv4_signed(gateway: GatewayThread, primary: FakeProvider) -> None:

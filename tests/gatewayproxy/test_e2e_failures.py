@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -12,11 +11,13 @@ import httpx
 import openai
 import pytest
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.documents import destination, fallback_route, path_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
+RETRY_5XX_429 = {"triggers": ["http_5xx", "429"], "max_attempts": 3}
 
 
 def _route(name: str, model: str, strategy: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -24,92 +25,72 @@ def _route(name: str, model: str, strategy: dict[str, Any], **extra: Any) -> dic
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
+def gateway(module_gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider) -> GatewayThread:
     vault = "static"
-    document = {
-        "vaults": [{"name": vault, "resolver": "env", "env_var": "PATH"}],
-        "destinations": {
-            "first": {"kind": "vendor_a_compatible", "base_url": f"{primary.url}/v1", "credentials": {"vault": vault}},
-            "second": {"kind": "vendor_b", "base_url": secondary.url, "credentials": {"vault": vault}},
-        },
-        "routes": [
-            _route(
-                "fallback", "fb", {"mode": "fallback", "targets": [{"destination": "first"}, {"destination": "second"}]}
-            ),
-            _route(
-                "retry",
-                "rt",
-                {
-                    "mode": "fallback",
-                    "targets": [{"destination": "first"}],
-                    "retry": {"triggers": ["http_5xx", "429"], "max_attempts": 3, "backoff_ms": 1},
-                },
-            ),
-            _route("no-retry", "nr", {"mode": "fallback", "targets": [{"destination": "first"}]}),
-            _route(
-                "timeout",
-                "to",
-                {
-                    "mode": "fallback",
-                    "timeout_ms": 300,
-                    "targets": [{"destination": "first"}, {"destination": "second"}],
-                },
-            ),
-            _route(
-                "unsafe",
-                "us",
-                {
-                    "mode": "fallback",
-                    "targets": [{"destination": "first"}, {"destination": "second"}],
-                    "retry": {"triggers": ["5xx"], "max_attempts": 3},
-                },
-                idempotency_safe=False,
-            ),
-            _route(
-                "balanced",
-                "lb",
-                {
-                    "mode": "loadbalance",
-                    "targets": [{"destination": "first", "weight": 75}, {"destination": "second", "weight": 25}],
-                },
-            ),
-            _route(
-                "excluded",
-                "lx",
-                {
-                    "mode": "loadbalance",
-                    "targets": [{"destination": "first", "weight": 0}, {"destination": "second", "weight": 100}],
-                },
-            ),
-            {
-                "name": "conditional",
-                "match": {"model": "cd-*"},
-                "strategy": {
-                    "mode": "conditional",
-                    "conditions": [{"if": {"header.x-tier": "gold"}, "target": "second"}],
-                    "default": "first",
-                },
-            },
-            _route(
-                "shaped",
-                "sp",
-                {
-                    "mode": "fallback",
-                    "targets": [
-                        {
-                            "destination": "first",
-                            "default_params": {"temperature": 0.5, "seed": 1},
-                            "override_params": {"max_tokens": 10},
-                            "drop_params": ["user"],
-                        }
-                    ],
-                },
-            ),
-        ],
+    destinations = {
+        "first": destination("vendor_a_compatible", f"{primary.url}/v1", vault),
+        "second": destination("vendor_b", secondary.url, vault),
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    routes = [
+        fallback_route("fallback", "fb", "first", "second"),
+        fallback_route(
+            "retry",
+            "rt",
+            "first",
+            strategy={"retry": {"triggers": ["http_5xx", "429"], "max_attempts": 3, "backoff_ms": 1}},
+        ),
+        fallback_route("no-retry", "nr", "first"),
+        fallback_route("timeout", "to", "first", "second", strategy={"timeout_ms": 300}),
+        fallback_route(
+            "unsafe",
+            "us",
+            "first",
+            "second",
+            strategy={"retry": {"triggers": ["5xx"], "max_attempts": 3}},
+            idempotency_safe=False,
+        ),
+        _route(
+            "balanced",
+            "lb",
+            {
+                "mode": "loadbalance",
+                "targets": [{"destination": "first", "weight": 75}, {"destination": "second", "weight": 25}],
+            },
+        ),
+        _route(
+            "excluded",
+            "lx",
+            {
+                "mode": "loadbalance",
+                "targets": [{"destination": "first", "weight": 0}, {"destination": "second", "weight": 100}],
+            },
+        ),
+        _route(
+            "conditional",
+            "cd-*",
+            {
+                "mode": "conditional",
+                "conditions": [{"if": {"header.x-tier": "gold"}, "target": "second"}],
+                "default": "first",
+            },
+        ),
+        _route(
+            "shaped",
+            "sp",
+            {
+                "mode": "fallback",
+                "targets": [
+                    {
+                        "destination": "first",
+                        "default_params": {"temperature": 0.5, "seed": 1},
+                        "override_params": {"max_tokens": 10},
+                        "drop_params": ["user"],
+                    }
+                ],
+            },
+        ),
+    ]
+    return module_gateway_factory({"vaults": [path_vault(vault)], "destinations": destinations, "routes": routes})
 
 
 def chat(gateway: GatewayThread, model: str, **extra: Any) -> Any:
@@ -126,9 +107,15 @@ def test_fallback_moves_to_the_next_target_on_5xx(
     assert 'gateway_fallbacks_total{route="fallback"} 1.0' in gateway.metrics_text
 
 
-def test_fallback_on_429(gateway: GatewayThread, primary: FakeProvider) -> None:
-    primary.reset("429")
-    assert chat(gateway, "fb").choices[0].message.content == "Hello from secondary"
+@pytest.mark.parametrize(
+    ("behaviour", "model"), [("429", "fb"), ("hang", "to")], ids=["fallback_on_429", "timeout_per_attempt"]
+)
+def test_the_next_target_answers(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider, behaviour: str, model: str
+) -> None:
+    """A 429 falls back; so does an attempt cut by the route's per-attempt timeout."""
+    primary.reset(behaviour)
+    assert chat(gateway, model).choices[0].message.content == "Hello from secondary"
 
 
 def test_client_errors_pass_back_without_fallback(
@@ -141,14 +128,25 @@ def test_client_errors_pass_back_without_fallback(
     assert secondary.received == []
 
 
-def test_every_target_failing_maps_to_upstream_error(
-    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+@pytest.mark.parametrize(
+    ("behaviour", "model", "status", "code"),
+    [("500", "fb", 502, "upstream_error"), ("hang", "to", 504, "upstream_timeout")],
+    ids=["every_target_failing_maps_to_upstream_error", "timeout_of_the_last_target_is_504"],
+)
+def test_when_every_target_fails(
+    gateway: GatewayThread,
+    primary: FakeProvider,
+    secondary: FakeProvider,
+    behaviour: str,
+    model: str,
+    status: int,
+    code: str,
 ) -> None:
-    primary.reset("500")
-    secondary.reset("500")
-    with pytest.raises(openai.InternalServerError) as raised:
-        chat(gateway, "fb")
-    assert raised.value.status_code == 502 and raised.value.code == "upstream_error"
+    primary.reset(behaviour)
+    secondary.reset(behaviour)
+    with pytest.raises(openai.APIStatusError) as raised:
+        chat(gateway, model)
+    assert (raised.value.status_code, raised.value.code) == (status, code)
 
 
 def test_final_429_is_upstream_rate_limited_with_retry_after(gateway: GatewayThread, primary: FakeProvider) -> None:
@@ -174,21 +172,6 @@ def test_without_triggers_a_target_gets_one_attempt(gateway: GatewayThread, prim
     with pytest.raises(openai.InternalServerError):
         chat(gateway, "nr")
     assert len(primary.received) == 1
-
-
-def test_timeout_per_attempt_falls_back(gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider) -> None:
-    primary.reset("hang")
-    assert chat(gateway, "to").choices[0].message.content == "Hello from secondary"
-
-
-def test_timeout_of_the_last_target_is_504(
-    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
-) -> None:
-    primary.reset("hang")
-    secondary.reset("hang")
-    with pytest.raises(openai.APIStatusError) as raised:
-        chat(gateway, "to")
-    assert raised.value.status_code == 504 and raised.value.code == "upstream_timeout"
 
 
 def test_not_idempotency_safe_means_one_attempt_no_fallback(

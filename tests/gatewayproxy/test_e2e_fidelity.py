@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -14,8 +13,10 @@ import httpx
 import openai
 import pytest
 
-from tests.gatewayproxy.fake_provider import SIGNATURE, THINKING, TOOL_ARGUMENTS, FakeProvider
-from tests.gatewayproxy.harness import KEYS_VAULT, GatewayThread, fallback_route, keyed_destination
+from tests.support.gateway.documents import KEYS_VAULT, fallback_route, keyed_destination
+from tests.support.gateway.provider import SIGNATURE, THINKING, TOOL_ARGUMENTS, FakeProvider
+from tests.support.gateway.requests import chat_tool_turn
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
@@ -25,7 +26,9 @@ CLIENT_SPAN = "00f067aa0ba902b7"
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None) -> Iterator[GatewayThread]:
+def gateway(
+    module_gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider, provider_keys: None
+) -> GatewayThread:
     """`a-*`: chat-shaped; `b-*`: messages-shaped; `lenient-*`: messages-shaped on a lenient route; `fwd-*` and
     `none-*`: messages-shaped with replaced and empty `forward_headers`; `ahdr-*`: chat-shaped forwarding one."""
     b = keyed_destination("vendor_b", secondary.url, "b")
@@ -48,9 +51,7 @@ def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None)
             fallback_route("ahdr", "ahdr-*", "shape_a_fwd"),
         ],
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document)
 
 
 @pytest.fixture(autouse=True)
@@ -79,18 +80,7 @@ def test_chat_fields_arrive_as_messages_fields(gateway: GatewayThread, secondary
                     {"type": "file", "file": {"filename": "a.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}},
                 ],
             },
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "cold"},
+            *chat_tool_turn("call_1", "weather", '{"city":"Oslo"}', "cold"),
         ],
         max_completion_tokens=100,
         temperature=0.2,

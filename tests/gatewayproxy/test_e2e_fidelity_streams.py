@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.gatewayproxy.fake_provider import TOOL_ARGUMENTS, FakeProvider
-from tests.gatewayproxy.harness import GatewayThread, two_shapes
+from tests.support.gateway.documents import two_shapes
+from tests.support.gateway.provider import TOOL_ARGUMENTS, FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 PNG = base64.b64encode(b"\x89PNG tiny").decode()
@@ -23,12 +23,12 @@ WEATHER_MESSAGES: Any = {"name": "weather", "input_schema": {"type": "object"}}
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider, provider_keys: None) -> Iterator[GatewayThread]:
+def gateway(
+    module_gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider, provider_keys: None
+) -> GatewayThread:
     """`a-*`: chat-shaped (primary); `b-*`: messages-shaped (secondary)."""
     document = two_shapes(primary.url, secondary.url)
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document)
 
 
 # Chat client streaming from a messages-shaped destination.

@@ -3,10 +3,9 @@ and output, plain and streamed, their failure modes, and the boot-time option ch
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import anthropic
 import httpx
 import openai
 import pytest
-import yaml
 
 from gatewayproxy.config.loader import ConfigError, validate_document
 from gatewayproxy.config.models import PluginInstance
@@ -24,9 +22,11 @@ from gatewayproxy.plugins.decisions import BackendError
 from gatewayproxy.plugins.guardrails import PiiRegex, PiiRegexOptions, Verdict, parse_verdict
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.decision_servers import HANG, JsonServer, classifier_completion, serving
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.decisions import HANG, JsonServer, classifier_completion
+from tests.support.gateway.documents import destination, fallback_route, static_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -41,62 +41,36 @@ SPEAKER: Any = {
 
 
 def document(
-    primary: FakeProvider,
-    secondary: FakeProvider,
-    vault_file: Path,
-    guardrails: list[dict],
-    judge_url: str = "http://127.0.0.1:9",
+    primary: FakeProvider, secondary: FakeProvider, vault: dict[str, Any], guardrails: list[dict], judge_url: str
 ) -> dict[str, Any]:
     """Models `a-*` on a chat-shaped destination, `b-*` on a messages-shaped one, `judge` on a classifier."""
-    credentials = {"vault": "files", "credential_id": "provider"}
     return {
-        "vaults": [{"name": "files", "resolver": "static_file", "file": str(vault_file)}],
+        "vaults": [vault],
         "destinations": {
-            "shape_a": {"kind": "vendor_a", "base_url": f"{primary.url}/v1", "credentials": credentials},
-            "shape_b": {"kind": "vendor_b", "base_url": secondary.url, "credentials": credentials},
-            "judge": {"kind": "vendor_a_compatible", "base_url": f"{judge_url}/v1", "credentials": credentials},
+            "shape_a": destination("vendor_a", f"{primary.url}/v1", "files", "provider"),
+            "shape_b": destination("vendor_b", secondary.url, "files", "provider"),
+            "judge": destination("vendor_a_compatible", f"{judge_url}/v1", "files", "provider"),
         },
         "routes": [
-            {
-                "name": "judge",
-                "match": {"model": "judge"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "judge"}]},
-            },
-            {
-                "name": "to_a",
-                "match": {"model": "a-*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_a"}]},
-            },
-            {
-                "name": "to_b",
-                "match": {"model": "b-*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "shape_b"}]},
-            },
+            fallback_route("judge", "judge", "judge"),
+            fallback_route("to_a", "a-*", "shape_a"),
+            fallback_route("to_b", "b-*", "shape_b"),
         ],
         "plugins": {"guardrails": guardrails},
     }
 
 
 @pytest.fixture
-def vault_file(tmp_path: Path) -> Path:
-    path = tmp_path / "vault.yaml"
-    path.write_text(yaml.safe_dump({"provider": "provider-secret"}))
-    return path
+def guarded(
+    gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider, tmp_path: Path
+) -> Callable[..., GatewayThread]:
+    """Starts a gateway (for the test) with these guardrails (`judge_url=`: where model `judge` is answered)."""
+    vault = static_vault(tmp_path, {"provider": "provider-secret"}, name="files")
 
+    def start(guardrails: list[dict], judge_url: str = "http://127.0.0.1:9") -> GatewayThread:
+        return gateway_factory(document(primary, secondary, vault, guardrails, judge_url))
 
-@contextlib.contextmanager
-def gateway_with(
-    primary: FakeProvider,
-    secondary: FakeProvider,
-    vault_file: Path,
-    guardrails: list[dict],
-    judge_url: str = "http://127.0.0.1:9",
-) -> Iterator[GatewayThread]:
-    running = GatewayThread(document(primary, secondary, vault_file, guardrails, judge_url)).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    return start
 
 
 def error_code(error: openai.APIError | anthropic.APIError) -> str:
@@ -118,22 +92,22 @@ def chat_stream_text(gateway: GatewayThread, model: str = "a-large") -> tuple[st
 
 
 def test_pii_regex_blocks_input_in_both_client_protocols(
-    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+    guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
 ) -> None:
     guardrail = {"name": "pii", "kind": "pii_regex", "builtins": ["email", "us_ssn"], "phases": ["input"]}
-    with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
-        with pytest.raises(openai.BadRequestError) as chat_refused:
-            gateway.openai.chat.completions.create(
-                model="a-large", messages=[{"role": "user", "content": "mail bob@example.com the plan"}]
-            )
-        with pytest.raises(anthropic.BadRequestError) as messages_refused:
-            gateway.anthropic.messages.create(
-                model="b-small",
-                max_tokens=10,
-                system="my SSN is 123-45-6789",
-                messages=[{"role": "user", "content": "hi"}],
-            )
-        served = gateway.openai.chat.completions.create(model="a-large", messages=HI)
+    gateway = guarded([guardrail])
+    with pytest.raises(openai.BadRequestError) as chat_refused:
+        gateway.openai.chat.completions.create(
+            model="a-large", messages=[{"role": "user", "content": "mail bob@example.com the plan"}]
+        )
+    with pytest.raises(anthropic.BadRequestError) as messages_refused:
+        gateway.anthropic.messages.create(
+            model="b-small",
+            max_tokens=10,
+            system="my SSN is 123-45-6789",
+            messages=[{"role": "user", "content": "hi"}],
+        )
+    served = gateway.openai.chat.completions.create(model="a-large", messages=HI)
     assert error_code(chat_refused.value) == "guardrail_blocked_input"
     assert "email detected" in chat_refused.value.message and "bob@" not in chat_refused.value.message
     assert error_code(messages_refused.value) == "guardrail_blocked_input"
@@ -142,25 +116,25 @@ def test_pii_regex_blocks_input_in_both_client_protocols(
 
 
 def test_pii_regex_redacts_input_before_it_leaves(
-    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+    guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
 ) -> None:
     guardrail = {"name": "pii", "kind": "pii_regex", "action": "redact", "phases": ["input"]}
-    with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
-        gateway.openai.chat.completions.create(
-            model="a-large",
-            messages=[
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": "card 4111 1111 1111 1111, not 4111 1111 1111 1112"}],
-                }
-            ],
-        )
-        gateway.anthropic.messages.create(
-            model="b-small",
-            max_tokens=10,
-            system="reach me at +1 415-555-0100",
-            messages=[{"role": "user", "content": "key sk-abcdefghijklmnop1234"}],
-        )
+    gateway = guarded([guardrail])
+    gateway.openai.chat.completions.create(
+        model="a-large",
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "card 4111 1111 1111 1111, not 4111 1111 1111 1112"}],
+            }
+        ],
+    )
+    gateway.anthropic.messages.create(
+        model="b-small",
+        max_tokens=10,
+        system="reach me at +1 415-555-0100",
+        messages=[{"role": "user", "content": "key sk-abcdefghijklmnop1234"}],
+    )
     assert (
         primary.received[0].body["messages"][0]["content"][0]["text"]
         == "card [REDACTED:credit_card], not 4111 1111 1111 1112"
@@ -170,33 +144,35 @@ def test_pii_regex_redacts_input_before_it_leaves(
     assert sent["messages"][0]["content"] == "key [REDACTED:api_key]"
 
 
-def test_pii_regex_blocks_a_plain_response(primary: FakeProvider, secondary: FakeProvider, vault_file: Path) -> None:
+def test_pii_regex_blocks_a_plain_response(
+    guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
+) -> None:
     guardrail = SPEAKER
-    with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
-        with pytest.raises(openai.BadRequestError) as chat_blocked:
-            gateway.openai.chat.completions.create(model="a-large", messages=HI)
-        with pytest.raises(anthropic.BadRequestError) as messages_blocked:
-            gateway.anthropic.messages.create(model="b-small", max_tokens=10, messages=HI)
-        metrics = gateway.metrics_text
+    gateway = guarded([guardrail])
+    with pytest.raises(openai.BadRequestError) as chat_blocked:
+        gateway.openai.chat.completions.create(model="a-large", messages=HI)
+    with pytest.raises(anthropic.BadRequestError) as messages_blocked:
+        gateway.anthropic.messages.create(model="b-small", max_tokens=10, messages=HI)
+    metrics = gateway.metrics_text
     assert error_code(chat_blocked.value) == "guardrail_blocked_output"
     assert error_code(messages_blocked.value) == "guardrail_blocked_output"
     assert 'gateway_guardrail_checks_total{guardrail="names",outcome="blocked",phase="output"} 2.0' in metrics
 
 
 def test_pii_regex_ends_streams_with_an_error_event(
-    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+    guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
 ) -> None:
     # The provider streams "Hello ", "from ", "<name>": the match spans deltas, and stops the stream before its end.
     guardrail = SPEAKER
-    with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
-        chat_text, chat_error = chat_stream_text(gateway)
-        messages_text = ""
-        with (
-            pytest.raises(anthropic.APIStatusError) as messages_error,
-            gateway.anthropic.messages.stream(model="b-small", max_tokens=10, messages=HI) as stream,
-        ):
-            for text in stream.text_stream:
-                messages_text += text
+    gateway = guarded([guardrail])
+    chat_text, chat_error = chat_stream_text(gateway)
+    messages_text = ""
+    with (
+        pytest.raises(anthropic.APIStatusError) as messages_error,
+        gateway.anthropic.messages.stream(model="b-small", max_tokens=10, messages=HI) as stream,
+    ):
+        for text in stream.text_stream:
+            messages_text += text
     assert chat_error is not None and error_code(chat_error) == "guardrail_blocked_output"
     assert "primary" not in chat_text
     assert error_code(messages_error.value) == "guardrail_blocked_output"
@@ -204,21 +180,16 @@ def test_pii_regex_ends_streams_with_an_error_event(
 
 
 def test_ext_proc_judges_input_and_streamed_output(
-    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+    guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
 ) -> None:
     def processor(path: str, asked: Any) -> tuple[int, Any]:
         blocked = "forbidden" in asked["text"] or "secondary" in asked["text"]
         return 200, {"action": "block" if blocked else "allow", "reason": "not here"}
 
-    with (
-        serving(JsonServer(processor)) as server,
-        gateway_with(
-            primary,
-            secondary,
-            vault_file,
-            [{"name": "proc", "kind": "ext_proc", "url": f"{server.url}/check", "phases": ["input", "output"]}],
-        ) as gateway,
-    ):
+    with serving(JsonServer(processor).start()) as server:
+        gateway = guarded(
+            [{"name": "proc", "kind": "ext_proc", "url": f"{server.url}/check", "phases": ["input", "output"]}]
+        )
         with pytest.raises(openai.BadRequestError) as refused:
             gateway.openai.chat.completions.create(
                 model="a-large", messages=[{"role": "user", "content": "forbidden words"}]
@@ -240,7 +211,7 @@ def test_a_hanging_processor_follows_failure_mode(
     failure_mode: str,
     primary: FakeProvider,
     secondary: FakeProvider,
-    vault_file: Path,
+    guarded: Callable[..., GatewayThread],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     guardrail = {
@@ -251,10 +222,10 @@ def test_a_hanging_processor_follows_failure_mode(
         "phases": ["input"],
     }
     with (
-        serving(JsonServer(lambda path, asked: HANG)) as server,
-        gateway_with(primary, secondary, vault_file, [{**guardrail, "url": server.url}]) as gateway,
+        serving(JsonServer(lambda path, asked: HANG).start()) as server,
         caplog.at_level(logging.WARNING, logger="gatewayproxy"),
     ):
+        gateway = guarded([{**guardrail, "url": server.url}])
         started = time.monotonic()
         response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-large", "messages": HI})
         elapsed = time.monotonic() - started
@@ -272,9 +243,9 @@ def test_a_hanging_processor_follows_failure_mode(
 
 
 def test_llm_evaluator_asks_a_model_through_the_gateways_routes(
-    primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+    guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
 ) -> None:
-    judge = JsonServer(lambda path, asked: classifier_completion(path, asked, ("forbidden", "secondary")))
+    judge = JsonServer(lambda path, asked: classifier_completion(path, asked, ("forbidden", "secondary"))).start()
     guardrail = {
         "name": "judge",
         "kind": "llm_evaluator",
@@ -282,7 +253,8 @@ def test_llm_evaluator_asks_a_model_through_the_gateways_routes(
         "timeout_ms": 2000,
         "instructions": "Judge the text.",
     }
-    with serving(judge), gateway_with(primary, secondary, vault_file, [guardrail], judge.url) as gateway:
+    with serving(judge):
+        gateway = guarded([guardrail], judge.url)
         with pytest.raises(anthropic.BadRequestError) as refused:
             gateway.anthropic.messages.create(
                 model="b-small", max_tokens=10, messages=[{"role": "user", "content": "a forbidden topic"}]
@@ -303,11 +275,15 @@ def test_llm_evaluator_asks_a_model_through_the_gateways_routes(
 
 @pytest.mark.parametrize(("failure_mode", "status"), [("deny", 400), ("allow", 200)])
 def test_native_responses_are_not_inspected_and_follow_failure_mode(
-    failure_mode: str, status: int, primary: FakeProvider, secondary: FakeProvider, vault_file: Path
+    failure_mode: str,
+    status: int,
+    guarded: Callable[..., GatewayThread],
+    primary: FakeProvider,
+    secondary: FakeProvider,
 ) -> None:
     guardrail = {"name": "pii", "kind": "pii_regex", "failure_mode": failure_mode}
-    with gateway_with(primary, secondary, vault_file, [guardrail]) as gateway:
-        response = httpx.post(f"{gateway.url}/v1/responses", json={"model": "a-large", "input": "bob@example.com"})
+    gateway = guarded([guardrail])
+    response = httpx.post(f"{gateway.url}/v1/responses", json={"model": "a-large", "input": "bob@example.com"})
     assert response.status_code == status
     if status == 400:
         assert response.json()["error"]["code"] == "guardrail_blocked_input"

@@ -4,19 +4,19 @@ and the accounting of streams that end early."""
 
 from __future__ import annotations
 
-import json
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.support.waiting import wait_until
+from fakes.waiting import wait_until
+from tests.support.gateway.documents import destination, fallback_route, path_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.sinks import StdoutRecords
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.live import free_port
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -24,29 +24,22 @@ VAULT = "static"
 LONG = {"consecutive_failures": 5, "ejection_ms": 60000}
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _destination(provider: FakeProvider, vault: str = VAULT, **extra: Any) -> dict[str, Any]:
-    return {"kind": "vendor_a_compatible", "base_url": f"{provider.url}/v1", "credentials": {"vault": vault}, **extra}
+    return destination("vendor_a_compatible", f"{provider.url}/v1", vault, **extra)
 
 
 def _route(model: str, *destinations: str, **strategy: Any) -> dict[str, Any]:
-    targets = [{"destination": destination} for destination in destinations]
-    return {"name": model, "match": {"model": model}, "strategy": {"mode": "fallback", "targets": targets, **strategy}}
+    """The route `model` of the model of that name."""
+    return fallback_route(model, model, *destinations, strategy=strategy)
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
+def gateway(module_gateway_factory: GatewayFactory, primary: FakeProvider, secondary: FakeProvider) -> GatewayThread:
     document = {
         "server": {"request_timeout_ms": 5000},
         "vaults": [
-            {"name": VAULT, "resolver": "env", "env_var": "PATH"},
-            {"name": "down", "resolver": "http", "url_template": f"http://127.0.0.1:{closed_port()}/{{credential_id}}"},
+            path_vault(VAULT),
+            {"name": "down", "resolver": "http", "url_template": f"http://127.0.0.1:{free_port()}/{{credential_id}}"},
         ],
         "destinations": {
             "first": _destination(primary, outlier_detection=LONG),
@@ -72,9 +65,7 @@ def gateway(primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayT
             _route("vf", "vaulted", "second"),
         ],
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document)
 
 
 def chat(gateway: GatewayThread, model: str, **extra: Any) -> httpx.Response:
@@ -194,25 +185,28 @@ def test_a_retry_after_beyond_the_deadline_is_not_waited_for(gateway: GatewayThr
     assert time.monotonic() - started < 3 and len(primary.received) == 1
 
 
+def fails_alone_and_falls_back(
+    gateway: GatewayThread, primary: FakeProvider, behaviour: str, code: str, **extra: Any
+) -> None:
+    """With `primary` answering as `behaviour`, its route alone (`sg`) is a 502 `code`, and a route with a fallback
+    (`mf`) is answered by the secondary."""
+    primary.reset(behaviour)
+    alone = chat(gateway, "sg", **extra)
+    assert alone.status_code == 502 and code_of(alone) == code
+    primary.reset(behaviour)
+    answered = chat(gateway, "mf", **extra)
+    assert answered.status_code == 200 and "secondary" in answered.text
+
+
 @pytest.mark.parametrize("behaviour", ["not_json", "truncated"])
 def test_a_malformed_answer_is_502_and_falls_back(
     gateway: GatewayThread, primary: FakeProvider, behaviour: str
 ) -> None:
-    primary.reset(behaviour)
-    alone = chat(gateway, "sg")
-    assert alone.status_code == 502 and code_of(alone) == "upstream_error"
-    primary.reset(behaviour)
-    answered = chat(gateway, "mf")
-    assert answered.status_code == 200 and "secondary" in answered.text
+    fails_alone_and_falls_back(gateway, primary, behaviour, "upstream_error")
 
 
 def test_a_malformed_event_stream_frame_is_502_and_falls_back(gateway: GatewayThread, primary: FakeProvider) -> None:
-    primary.reset("bad_frame")
-    alone = chat(gateway, "sg", stream=True)
-    assert alone.status_code == 502 and code_of(alone) == "upstream_error"
-    primary.reset("bad_frame")
-    answered = chat(gateway, "mf", stream=True)
-    assert answered.status_code == 200 and "secondary" in answered.text
+    fails_alone_and_falls_back(gateway, primary, "bad_frame", "upstream_error", stream=True)
 
 
 @pytest.mark.parametrize("status", ["401", "403"])
@@ -226,12 +220,7 @@ def test_a_refusal_of_the_gateway_key_is_502_upstream_auth_failed_and_falls_back
         return 0.0
 
     before = failures()
-    primary.reset(status)
-    alone = chat(gateway, "sg")
-    assert alone.status_code == 502 and code_of(alone) == "upstream_auth_failed"
-    primary.reset(status)
-    answered = chat(gateway, "mf")
-    assert answered.status_code == 200 and "secondary" in answered.text
+    fails_alone_and_falls_back(gateway, primary, status, "upstream_auth_failed")
     assert failures() == before + 2
 
 
@@ -248,35 +237,32 @@ TPM = 100_000
 
 
 @pytest.fixture
-def metered(tmp_path: Path, primary: FakeProvider) -> Iterator[GatewayThread]:
-    document = {
-        "vaults": [{"name": VAULT, "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"plain": _destination(primary)},
+def metered(gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider) -> GatewayThread:
+    spend = {"headers": {"enabled": True}, "admission": {"default_max_output_tokens": 1000}}
+    return gateway_factory(metered_document(primary, rate_limits=[{"name": "all", "tpm": TPM}], spend=spend))
+
+
+def settled(
+    capsys: pytest.CaptureFixture[str], request_id: str, *, status: int, partial: bool = True
+) -> dict[str, Any]:
+    """The stdout usage record of a streamed request, checked to be settled with `status` (and, when `partial`, on
+    the tokens that did flow)."""
+    record = StdoutRecords(capsys).of(request_id)
+    assert (record["streamed"], record["partial"], record["status"]) == (True, partial, status)
+    if partial:
+        assert record["output_tokens"] > 0 and record["input_tokens"] > 0
+    return record
+
+
+def metered_document(provider: FakeProvider, **sections: Any) -> dict[str, Any]:
+    """Model `st` on `provider`, its usage records printed by the `stdout` sink; plus `sections`."""
+    return {
+        "vaults": [path_vault(VAULT)],
+        "destinations": {"plain": _destination(provider)},
         "routes": [_route("st", "plain")],
-        "rate_limits": [{"name": "all", "tpm": TPM}],
-        "spend": {"headers": {"enabled": True}, "admission": {"default_max_output_tokens": 1000}},
         "plugins": {"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
+        **sections,
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
-
-
-class Records:
-    """The usage records the `stdout` sink printed."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-        self.lines: list[dict[str, Any]] = []
-
-    def of(self, request_id: str) -> dict[str, Any]:
-        def found() -> dict[str, Any] | None:
-            out = self.capsys.readouterr().out
-            self.lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-            return next((record for record in self.lines if record["request_id"] == request_id), None)
-
-        record: dict[str, Any] = wait_until(found, what=f"the usage record of {request_id}")
-        return record
 
 
 STREAM_BODY = {"model": "st", "messages": HI, "stream": True, "max_tokens": 1000}
@@ -298,9 +284,7 @@ def test_a_stream_cut_by_the_upstream_is_settled_as_partial_502(
         text = response.read().decode()
     assert response.status_code == 200 and "upstream_error" in text
     estimate = TPM - int(response.headers["x-ratelimit-remaining-tokens"])
-    record = Records(capsys).of(response.headers["x-request-id"])
-    assert (record["streamed"], record["partial"], record["status"]) == (True, True, 502)
-    assert record["output_tokens"] > 0 and record["input_tokens"] > 0
+    record = settled(capsys, response.headers["x-request-id"], status=502)
     _charged_tokens(metered, estimate, record)
 
 
@@ -313,9 +297,7 @@ def test_a_stream_the_client_abandons_is_settled_as_partial_499(
         assert next(line for line in lines if "Hello" in line)
         estimate = TPM - int(response.headers["x-ratelimit-remaining-tokens"])
         request_id = response.headers["x-request-id"]
-    record = Records(capsys).of(request_id)
-    assert (record["streamed"], record["partial"], record["status"]) == (True, True, 499)
-    assert record["output_tokens"] > 0 and record["input_tokens"] > 0
+    record = settled(capsys, request_id, status=499)
     _charged_tokens(metered, estimate, record)
 
 
@@ -324,28 +306,15 @@ def test_a_complete_stream_is_not_partial(
 ) -> None:
     with httpx.stream("POST", f"{metered.url}/v1/chat/completions", json=STREAM_BODY) as response:
         response.read()
-    record = Records(capsys).of(response.headers["x-request-id"])
-    assert (record["streamed"], record["partial"], record["status"]) == (True, False, 200)
+    settled(capsys, response.headers["x-request-id"], status=200, partial=False)
 
 
 def test_a_stream_that_goes_idle_is_settled_as_partial_504(
-    tmp_path: Path, primary: FakeProvider, capsys: pytest.CaptureFixture[str]
+    gateway_factory: GatewayFactory, primary: FakeProvider, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = {
-        "server": {"stream_idle_timeout_ms": 300},
-        "vaults": [{"name": VAULT, "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"plain": _destination(primary)},
-        "routes": [_route("st", "plain")],
-        "plugins": {"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
-    }
-    running = GatewayThread(document).start()
-    try:
-        primary.reset("stall_stream")
-        with httpx.stream("POST", f"{running.url}/v1/chat/completions", json=STREAM_BODY) as response:
-            text = response.read().decode()
-        assert "upstream_timeout" in text
-        record = Records(capsys).of(response.headers["x-request-id"])
-    finally:
-        running.stop()
-    assert (record["streamed"], record["partial"], record["status"]) == (True, True, 504)
-    assert record["output_tokens"] > 0
+    running = gateway_factory(metered_document(primary, server={"stream_idle_timeout_ms": 300}))
+    primary.reset("stall_stream")
+    with httpx.stream("POST", f"{running.url}/v1/chat/completions", json=STREAM_BODY) as response:
+        text = response.read().decode()
+    assert "upstream_timeout" in text
+    settled(capsys, response.headers["x-request-id"], status=504)

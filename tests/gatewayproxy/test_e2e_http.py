@@ -6,38 +6,31 @@ from __future__ import annotations
 import math
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.gatewayproxy.fake_provider import BIG_STREAM_FRAMES, BIG_STREAM_TEXT, FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.support.waiting import wait_until
+from fakes.waiting import wait_until
+from tests.support.gateway.documents import destination, one_destination
+from tests.support.gateway.provider import BIG_STREAM_FRAMES, BIG_STREAM_TEXT, FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 CHAT_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider) -> Iterator[GatewayThread]:
-    document = {
-        "server": {
-            "limits": {
-                "max_header_bytes": 2048,
-                "max_header_count": 20,
-                "max_body_bytes": 4096,
-                "header_read_timeout_ms": 400,
-                "idle_timeout_ms": 600,
-            }
-        },
-        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {"one": {"kind": "vendor_a", "base_url": f"{primary.url}/v1", "credentials": {"vault": "v"}}},
-        "routes": [{"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
+def gateway(module_gateway_factory: GatewayFactory, primary: FakeProvider) -> GatewayThread:
+    limits = {
+        "max_header_bytes": 2048,
+        "max_header_count": 20,
+        "max_body_bytes": 4096,
+        "header_read_timeout_ms": 400,
+        "idle_timeout_ms": 600,
     }
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    upstream = destination("vendor_a", f"{primary.url}/v1")
+    return module_gateway_factory(one_destination(upstream, server={"limits": limits}))
 
 
 def connect(gateway: GatewayThread) -> socket.socket:

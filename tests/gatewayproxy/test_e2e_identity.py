@@ -3,9 +3,7 @@ scope-based routing, trusted scope headers, and the client credential never reac
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +14,10 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.documents import destination, fallback_route, file_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -45,26 +45,15 @@ def token(key: rsa.RSAPrivateKey, kid: str | None, **claims: Any) -> str:
 
 @pytest.fixture(scope="module")
 def identity_gateway(
+    module_gateway_factory: GatewayFactory,
     tmp_path_factory: pytest.TempPathFactory,
     primary: FakeProvider,
     secondary: FakeProvider,
     keys: dict[str, rsa.RSAPrivateKey],
-) -> Iterator[GatewayThread]:
+) -> GatewayThread:
     directory = tmp_path_factory.mktemp("identity")
-    (directory / "keys.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "keys": [
-                    {
-                        "sha256": hashlib.sha256(b"key-team-red").hexdigest(),
-                        "principal": "svc-red",
-                        "scope": {"team": "red"},
-                    },
-                    {"sha256": hashlib.sha256(b"key-no-team").hexdigest(), "principal": "svc-plain"},
-                ]
-            }
-        )
-    )
+    callers = {"key-team-red": ("svc-red", {"team": "red"}), "key-no-team": ("svc-plain", {})}
+    [api_keys] = api_key_identity(directory, callers, relative=True)["validators"]
     pem = (
         keys["static"]
         .public_key()
@@ -76,7 +65,7 @@ def identity_gateway(
         "identity": {
             "scope_dims": ["team", "tier"],
             "validators": [
-                {"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"},
+                api_keys,
                 {
                     "name": "idp",
                     "kind": "jwt",
@@ -95,14 +84,8 @@ def identity_gateway(
             ],
         },
         "spend": {"trusted_header_dims": ["tier"]},
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.yaml"}],
-        "destinations": {
-            "one": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "files", "credential_id": "provider"},
-            }
-        },
+        "vaults": [file_vault("vault.yaml")],
+        "destinations": {"one": destination("vendor_a", f"{primary.url}/v1", "files", "provider")},
         "routes": [
             {
                 "name": "red",
@@ -114,12 +97,10 @@ def identity_gateway(
                 "match": {"scope": {"tier": "gold"}},
                 "strategy": {"mode": "fallback", "targets": [{"destination": "one", "override_params": {"seed": 9}}]},
             },
-            {"name": "any", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}},
+            fallback_route("any", None, "one"),
         ],
     }
-    running = GatewayThread(document, base_dir=str(directory)).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document, base_dir=directory)
 
 
 def post(gateway: GatewayThread, credential: str | None, headers: dict[str, str] | None = None) -> httpx.Response:

@@ -4,9 +4,8 @@ refresh, and the boot warning of a non-loopback listener without identity."""
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,15 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.limits_support import poll
+from tests.support.gateway.documents import destination, one_destination
+from tests.support.gateway.limits import poll
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.live import free_port
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.e2e
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def token(**claims: Any) -> str:
@@ -44,26 +40,24 @@ def _validator(name: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _gateway(tmp_path: Path, primary: FakeProvider, validators: list[dict[str, Any]], **sections: Any) -> GatewayThread:
+@pytest.fixture
+def jwt_gateway(gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider) -> Callable[..., GatewayThread]:
+    """Starts a gateway (for the test) before `primary` with these identity validators (`key.pem`: the public
+    half of KEY) and more sections."""
     pem = KEY.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     (tmp_path / "key.pem").write_bytes(pem)
-    document = {
-        "identity": {"validators": validators},
-        "vaults": [{"name": "static", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {
-            "one": {"kind": "vendor_a_compatible", "base_url": f"{primary.url}/v1", "credentials": {"vault": "static"}}
-        },
-        "routes": [{"name": "any", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}],
-        **sections,
-    }
-    return GatewayThread(document, base_dir=str(tmp_path)).start()
+
+    def start(validators: list[dict[str, Any]], **sections: Any) -> GatewayThread:
+        upstream = destination("vendor_a_compatible", f"{primary.url}/v1", "static")
+        document = one_destination(upstream, vault="static", **{"identity": {"validators": validators}, **sections})
+        return gateway_factory(document, base_dir=tmp_path)
+
+    return start
 
 
 @pytest.fixture
-def strict(tmp_path: Path, primary: FakeProvider) -> Iterator[GatewayThread]:
-    running = _gateway(tmp_path, primary, [_validator("pem", static_public_key_pem="key.pem", leeway_secs=30)])
-    yield running
-    running.stop()
+def strict(jwt_gateway: Callable[..., GatewayThread]) -> GatewayThread:
+    return jwt_gateway([_validator("pem", static_public_key_pem="key.pem", leeway_secs=30)])
 
 
 def post(gateway: GatewayThread, credential: str) -> httpx.Response:
@@ -83,28 +77,24 @@ def test_exp_is_required_and_leeway_applies_to_exp_and_nbf(strict: GatewayThread
     assert post(strict, token(exp=now + 600, nbf=now + 300)).status_code == 401
 
 
-def test_require_exp_false_accepts_a_token_without_exp(tmp_path: Path, primary: FakeProvider) -> None:
-    running = _gateway(
-        tmp_path, primary, [_validator("pem", static_public_key_pem="key.pem", require_exp=False, leeway_secs=0)]
-    )
-    try:
-        assert post(running, token()).status_code == 200
-        assert post(running, token(exp=int(time.time()) - 5)).status_code == 401  # no leeway
-    finally:
-        running.stop()
+def test_require_exp_false_accepts_a_token_without_exp(
+    jwt_gateway: Callable[..., GatewayThread], primary: FakeProvider
+) -> None:
+    running = jwt_gateway([_validator("pem", static_public_key_pem="key.pem", require_exp=False, leeway_secs=0)])
+    assert post(running, token()).status_code == 200
+    assert post(running, token(exp=int(time.time()) - 5)).status_code == 401  # no leeway
 
 
-def test_an_unreachable_jwks_is_503_and_does_not_block_boot(tmp_path: Path, primary: FakeProvider) -> None:
-    jwks_url = f"http://127.0.0.1:{closed_port()}/jwks"
+def test_an_unreachable_jwks_is_503_and_does_not_block_boot(
+    jwt_gateway: Callable[..., GatewayThread], primary: FakeProvider
+) -> None:
+    jwks_url = f"http://127.0.0.1:{free_port()}/jwks"
     started = time.monotonic()
-    running = _gateway(tmp_path, primary, [_validator("idp", jwks_url=jwks_url)])
-    try:
-        assert time.monotonic() - started < 5
-        assert httpx.get(f"{running.admin_url}/readyz").status_code == 200
-        refused = post(running, jwt.encode({"exp": int(time.time()) + 60}, KEY, "RS256", headers={"kid": "k1"}))
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "identity_unavailable"
-    finally:
-        running.stop()
+    running = jwt_gateway([_validator("idp", jwks_url=jwks_url)])
+    assert time.monotonic() - started < 5
+    assert httpx.get(f"{running.admin_url}/readyz").status_code == 200
+    refused = post(running, jwt.encode({"exp": int(time.time()) + 60}, KEY, "RS256", headers={"kid": "k1"}))
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "identity_unavailable"
 
 
 def _jwk(kid: str, key: rsa.RSAPrivateKey) -> dict[str, Any]:
@@ -112,11 +102,13 @@ def _jwk(kid: str, key: rsa.RSAPrivateKey) -> dict[str, Any]:
     return {**jwk, "kid": kid, "alg": "RS256", "use": "sig"}
 
 
-def test_a_key_removed_from_the_jwks_is_refused_after_the_next_refresh(tmp_path: Path, primary: FakeProvider) -> None:
+def test_a_key_removed_from_the_jwks_is_refused_after_the_next_refresh(
+    jwt_gateway: Callable[..., GatewayThread], primary: FakeProvider
+) -> None:
     kept, removed = KEY, rsa.generate_private_key(public_exponent=65537, key_size=2048)
     primary.documents["/rotating-jwks"] = {"keys": [_jwk("kept", kept), _jwk("removed", removed)]}
     jwks_url = f"{primary.url}/rotating-jwks"
-    running = _gateway(tmp_path, primary, [_validator("idp", jwks_url=jwks_url, jwks_refresh_secs=0.2)])
+    running = jwt_gateway([_validator("idp", jwks_url=jwks_url, jwks_refresh_secs=0.2)])
 
     def signed(key: rsa.RSAPrivateKey, kid: str) -> str:
         return jwt.encode({"sub": "u", "exp": int(time.time()) + 60}, key, "RS256", headers={"kid": kid})
@@ -133,7 +125,7 @@ def test_a_key_removed_from_the_jwks_is_refused_after_the_next_refresh(tmp_path:
 
 
 def test_no_identity_on_a_non_loopback_listener_warns_at_boot(
-    tmp_path: Path, primary: FakeProvider, caplog: pytest.LogCaptureFixture
+    jwt_gateway: Callable[..., GatewayThread], caplog: pytest.LogCaptureFixture
 ) -> None:
     def warnings() -> list[str]:
         return [record.getMessage() for record in caplog.records if "no identity validators" in record.getMessage()]
@@ -145,9 +137,6 @@ def test_no_identity_on_a_non_loopback_listener_warns_at_boot(
         ({**everywhere, "identity": {"validators": [_validator("pem", static_public_key_pem="key.pem")]}}, 0),
     ):
         caplog.clear()
-        running = _gateway(tmp_path, primary, [], **document)
-        try:
+        with serving(jwt_gateway([], **document)) as running:
             assert httpx.get(f"{running.admin_url}/readyz").status_code == 200
-        finally:
-            running.stop()
         assert len(warnings()) == warned, document

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import wait_ready
+from fakes.waiting import wait_until
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import wait_ready
 from tests.support.live import free_port, rungateway
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 PROJECT = Path(__file__).resolve().parents[2]

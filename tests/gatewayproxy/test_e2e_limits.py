@@ -10,30 +10,30 @@ import httpx
 import pytest
 
 from gatewayproxy.config.loader import validate_document
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import loopback_config
-from tests.gatewayproxy.limits_support import (
+from tests.support.gateway.limits import (
     CHAT_TOKENS,
     chat,
     document,
     error_code,
     poll,
-    private_redis_server,
     redis_limiter,
-    running,
 )
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, loopback_config
+from tests.support.live import private_redis
+from tests.support.serving import serving
 
 pytestmark = pytest.mark.e2e
 
 
-def test_qpm_refuses_in_both_protocols_with_retry_after(primary: FakeProvider) -> None:
-    with running(document(primary, rate_limits=[{"name": "all", "qpm": 2}])) as gateway:
-        statuses = [chat(gateway.url).status_code for _ in range(2)]
-        refused = chat(gateway.url)
-        messages = httpx.post(
-            f"{gateway.url}/v1/messages",
-            json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
-        )
+def test_qpm_refuses_in_both_protocols_with_retry_after(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
+    gateway = gateway_factory(document(primary, rate_limits=[{"name": "all", "qpm": 2}]))
+    statuses = [chat(gateway.url).status_code for _ in range(2)]
+    refused = chat(gateway.url)
+    messages = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert statuses == [200, 200]
     assert refused.status_code == 429 and error_code(refused) == "rate_limited"
     assert 1 <= int(refused.headers["retry-after"]) <= 30  # a minute of two requests frees one in 30 s
@@ -42,40 +42,44 @@ def test_qpm_refuses_in_both_protocols_with_retry_after(primary: FakeProvider) -
     assert len(primary.received) == 2
 
 
-def test_local_buckets_survive_a_snapshot_swap(primary: FakeProvider) -> None:
+def test_local_buckets_survive_a_snapshot_swap(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
     config = document(primary, rate_limits=[{"name": "all", "qpm": 2}])
-    with running(config) as gateway:
-        before = [chat(gateway.url).status_code for _ in range(2)]
-        swap = gateway.gateway.swap(validate_document(loopback_config(config)))
-        asyncio.run_coroutine_threadsafe(swap, gateway.loop).result(timeout=10)
-        after = chat(gateway.url)
+    gateway = gateway_factory(config)
+    before = [chat(gateway.url).status_code for _ in range(2)]
+    swap = gateway.gateway.swap(validate_document(loopback_config(config)))
+    asyncio.run_coroutine_threadsafe(swap, gateway.loop).result(timeout=10)
+    after = chat(gateway.url)
     assert before == [200, 200]
     assert after.status_code == 429  # the new snapshot counts in the same buckets (and registered no metric twice)
 
 
-def test_most_specific_match_wins_and_buckets_follow_key_dims(primary: FakeProvider) -> None:
+def test_most_specific_match_wins_and_buckets_follow_key_dims(
+    gateway_factory: GatewayFactory, primary: FakeProvider
+) -> None:
     limits = [
         {"name": "everyone", "qpm": 1},
         {"name": "team-a", "match": {"scope": {"team": "a"}}, "qpm": 2},
         {"name": "team-a-again", "match": {"scope": {"team": "a"}}, "qpm": 100},
     ]
-    with running(document(primary, rate_limits=limits, spend={"key_dims": ["user"]})) as gateway:
-        team_a_u1 = [chat(gateway.url, **{"x-scope-team": "a", "x-scope-user": "u1"}).status_code for _ in range(3)]
-        team_a_u2 = chat(gateway.url, **{"x-scope-team": "a", "x-scope-user": "u2"}).status_code
-        team_b_u1 = [chat(gateway.url, **{"x-scope-team": "b", "x-scope-user": "u1"}).status_code for _ in range(2)]
+    gateway = gateway_factory(document(primary, rate_limits=limits, spend={"key_dims": ["user"]}))
+    team_a_u1 = [chat(gateway.url, **{"x-scope-team": "a", "x-scope-user": "u1"}).status_code for _ in range(3)]
+    team_a_u2 = chat(gateway.url, **{"x-scope-team": "a", "x-scope-user": "u2"}).status_code
+    team_b_u1 = [chat(gateway.url, **{"x-scope-team": "b", "x-scope-user": "u1"}).status_code for _ in range(2)]
     assert team_a_u1 == [200, 200, 429]  # `team-a` (two dims beat none; the tie goes to config order)
     assert team_a_u2 == 200  # another user, another bucket
     assert team_b_u1 == [200, 429]  # `everyone`, whose bucket for u1 is separate from team-a's
 
 
-def test_headroom_headers_on_admitted_responses_only_when_enabled(primary: FakeProvider) -> None:
+def test_headroom_headers_on_admitted_responses_only_when_enabled(
+    gateway_factory: GatewayFactory, primary: FakeProvider
+) -> None:
     limits = [{"name": "all", "qpm": 10, "tpm": 100_000, "budget_usd_per_month": 5}]
     pricing = {"input_per_1m": 1.0, "output_per_1m": 2.0}
     spend = {"headers": {"enabled": True}, "admission": {"default_max_output_tokens": 1000}}
-    with running(document(primary, rate_limits=limits, spend=spend, pricing=pricing)) as gateway:
-        first = chat(gateway.url)
-    with running(document(primary, rate_limits=limits, pricing=pricing)) as quiet:
-        plain = chat(quiet.url)
+    gateway = gateway_factory(document(primary, rate_limits=limits, spend=spend, pricing=pricing))
+    first = chat(gateway.url)
+    quiet = gateway_factory(document(primary, rate_limits=limits, pricing=pricing))
+    plain = chat(quiet.url)
     assert first.status_code == 200
     assert first.headers["x-ratelimit-limit-requests"] == "10"
     assert first.headers["x-ratelimit-remaining-requests"] == "9"
@@ -89,34 +93,38 @@ def test_headroom_headers_on_admitted_responses_only_when_enabled(primary: FakeP
     assert not any(name.startswith(("x-ratelimit", "x-budget")) for name in plain.headers)
 
 
-def test_token_limit_settles_on_the_reported_usage(primary: FakeProvider) -> None:
+def test_token_limit_settles_on_the_reported_usage(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
     limits = [{"name": "all", "tpm": 1500}]
     spend = {"headers": {"enabled": True}, "admission": {"default_max_output_tokens": 1000}}
-    with running(document(primary, rate_limits=limits, spend=spend)) as gateway:
-        first = chat(gateway.url)
-        estimate = 1500 - int(first.headers["x-ratelimit-remaining-tokens"])
-        # Two estimates do not fit in 1500; once the first is settled on its 18 real tokens, the second does.
-        second = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
+    gateway = gateway_factory(document(primary, rate_limits=limits, spend=spend))
+    first = chat(gateway.url)
+    estimate = 1500 - int(first.headers["x-ratelimit-remaining-tokens"])
+    # Two estimates do not fit in 1500; once the first is settled on its 18 real tokens, the second does.
+    second = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
     assert first.status_code == 200 and second
     remaining = int(second.headers["x-ratelimit-remaining-tokens"])
     assert 1500 - CHAT_TOKENS - estimate <= remaining <= 1500 - CHAT_TOKENS - estimate + 30  # plus a second of refill
 
 
-def test_refused_request_is_not_sent_upstream_and_failed_one_releases_tokens(primary: FakeProvider) -> None:
+def test_refused_request_is_not_sent_upstream_and_failed_one_releases_tokens(
+    gateway_factory: GatewayFactory, primary: FakeProvider
+) -> None:
     limits = [{"name": "all", "tpm": 1500}]
     spend = {"admission": {"default_max_output_tokens": 1000}}
-    with running(document(primary, rate_limits=limits, spend=spend)) as gateway:
-        primary.reset("500")
-        failed = chat(gateway.url)
-        again = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
+    gateway = gateway_factory(document(primary, rate_limits=limits, spend=spend))
+    primary.reset("500")
+    failed = chat(gateway.url)
+    again = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
     assert failed.status_code == 502 and again
     assert len(primary.received) == 2
 
 
-def test_redis_outage_with_deny_answers_503_fast_then_recovers(primary: FakeProvider) -> None:
-    with private_redis_server() as redis_server:
+def test_redis_outage_with_deny_answers_503_fast_then_recovers(
+    gateway_factory: GatewayFactory, primary: FakeProvider
+) -> None:
+    with private_redis() as redis_server:
         config = document(primary, rate_limits=[{"name": "all", "qpm": 1000}], plugins=redis_limiter(redis_server.url))
-        with running(config) as gateway:
+        with serving(gateway_factory(config)) as gateway:  # stopped before its redis
             assert chat(gateway.url).status_code == 200
             redis_server.stop()
             started = time.monotonic()
@@ -132,15 +140,15 @@ def test_redis_outage_with_deny_answers_503_fast_then_recovers(primary: FakeProv
 
 
 def test_redis_outage_with_allow_limits_locally_and_reports_it(
-    primary: FakeProvider, caplog: pytest.LogCaptureFixture
+    gateway_factory: GatewayFactory, primary: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with private_redis_server() as redis_server:
+    with private_redis() as redis_server:
         config = document(
             primary,
             rate_limits=[{"name": "all", "qpm": 1000}],
             plugins=redis_limiter(redis_server.url, failure_mode="allow"),
         )
-        with running(config) as gateway, caplog.at_level("WARNING", logger="gatewayproxy.limits"):
+        with serving(gateway_factory(config)) as gateway, caplog.at_level("WARNING", logger="gatewayproxy.limits"):
             redis_server.stop()
             during = [chat(gateway.url).status_code for _ in range(3)]
             degraded = gateway.metrics_text

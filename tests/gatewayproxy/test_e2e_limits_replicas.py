@@ -10,9 +10,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import wait_ready
-from tests.gatewayproxy.limits_support import CHAT, document, redis_limiter
+from tests.support.gateway.limits import CHAT, document, redis_limiter
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import wait_ready
 from tests.support.live import free_port, rungateway
 
 pytestmark = pytest.mark.e2e

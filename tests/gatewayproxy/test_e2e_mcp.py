@@ -4,9 +4,7 @@ loopback (initialize, tools/list, tools/call, session id kept), vault credential
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,9 +15,11 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.support.waiting import wait_until
+from fakes.waiting import wait_until
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.documents import fallback_route, file_vault, mcp_destination
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.mcp_servers import RecordingMcpServer
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
@@ -27,39 +27,20 @@ INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo":
 
 
 @pytest.fixture(scope="module")
-def mcp_gateway(tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer) -> Iterator[GatewayThread]:
+def mcp_gateway(
+    module_gateway_factory: GatewayFactory, tmp_path_factory: pytest.TempPathFactory, upstream: RecordingMcpServer
+) -> GatewayThread:
     directory = tmp_path_factory.mktemp("mcp")
-    keys = [
-        {"sha256": hashlib.sha256(key.encode()).hexdigest(), "principal": principal, **extra}
-        for key, principal, extra in (
-            ("key-alice", "alice", {"scope": {"team": "red"}}),
-            ("key-bob", "bob", {"scope": {"team": "red"}}),
-            ("key-carol", "carol", {}),
-        )
-    ]
-    (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
+    callers = {"key-alice": ("alice", {"team": "red"}), "key-bob": ("bob", {"team": "red"}), "key-carol": ("carol", {})}
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token"}))
     document = {
         "server": {"limits": {"drain_timeout_ms": 2000}},
-        "identity": {
-            "scope_dims": ["team"],
-            "validators": [{"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"}],
-        },
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.yaml"}],
-        "destinations": {
-            "notes": {"kind": "mcp", "url": upstream.url, "credentials": {"vault": "files", "credential_id": "notes"}}
-        },
-        "routes": [
-            {
-                "name": "mcp-red",
-                "match": {"path": "/v1/mcp", "scope": {"team": "red"}},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
-            }
-        ],
+        "identity": api_key_identity(directory, callers, relative=True),
+        "vaults": [file_vault("vault.yaml")],
+        "destinations": {"notes": mcp_destination(upstream.url, "files", "notes")},
+        "routes": [fallback_route("mcp-red", {"path": "/v1/mcp", "scope": {"team": "red"}}, "notes")],
     }
-    running = GatewayThread(document, base_dir=str(directory)).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document, base_dir=directory)
 
 
 async def sdk_session(url: str, key: str) -> dict[str, Any]:

@@ -3,7 +3,6 @@ resolver (on loopback) says where it lives; answers are cached; a client can nev
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,9 +10,12 @@ import httpx
 import pytest
 import yaml
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.documents import fallback_route, file_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.mcp_servers import RecordingMcpServer
+from tests.support.serving import served
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
@@ -28,32 +30,20 @@ INITIALIZE = {
 @pytest.fixture(scope="module")
 def resolver() -> Iterator[FakeProvider]:
     """Answers GET /servers/<team>/<server> from its documents."""
-    server = FakeProvider("resolver").start()
-    yield server
-    server.stop()
+    yield from served(FakeProvider("resolver").start())
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, resolver: FakeProvider) -> Iterator[GatewayThread]:
+def gateway(
+    module_gateway_factory: GatewayFactory, tmp_path_factory: pytest.TempPathFactory, resolver: FakeProvider
+) -> GatewayThread:
     directory = tmp_path_factory.mktemp("resolver")
     template = f"{resolver.url}/servers/{{scope.team}}/{{server}}"
-    (directory / "keys.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "keys": [
-                    {"sha256": hashlib.sha256(b"key-red").hexdigest(), "principal": "alice", "scope": {"team": "red"}}
-                ]
-            }
-        )
-    )
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes-cred": "mcp-token", "default": "unused"}))
     (directory / "resolver-token").write_text("resolver-secret\n")
     document = {
-        "identity": {
-            "scope_dims": ["team"],
-            "validators": [{"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"}],
-        },
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.yaml"}],
+        "identity": api_key_identity(directory, {"key-red": ("alice", {"team": "red"})}, relative=True),
+        "vaults": [file_vault("vault.yaml")],
         "destinations": {
             "any": {
                 "kind": "mcp",
@@ -67,17 +57,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, resolver: FakeProvider) ->
                 },
             }
         },
-        "routes": [
-            {
-                "name": "mcp",
-                "match": {"path": "/v1/mcp"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "any"}]},
-            }
-        ],
+        "routes": [fallback_route("mcp", {"path": "/v1/mcp"}, "any")],
     }
-    running = GatewayThread(document, base_dir=str(directory)).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(document, base_dir=directory)
 
 
 @pytest.fixture(autouse=True)

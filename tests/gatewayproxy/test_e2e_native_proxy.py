@@ -3,7 +3,6 @@ the vault's credential is placed as `auth` says, the client's credential never l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -11,8 +10,8 @@ import pytest
 import yaml
 
 from gatewayproxy.config.loader import ConfigError, validate_document
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -49,12 +48,12 @@ def native_document(upstream: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def native_gateway(tmp_path_factory: pytest.TempPathFactory, primary: FakeProvider) -> Iterator[GatewayThread]:
+def native_gateway(
+    module_gateway_factory: GatewayFactory, tmp_path_factory: pytest.TempPathFactory, primary: FakeProvider
+) -> GatewayThread:
     directory = tmp_path_factory.mktemp("native")
     (directory / "vault.yaml").write_text(yaml.safe_dump({"search": "sk-search", "chat": "sk-chat"}))
-    running = GatewayThread(native_document(primary.url), base_dir=str(directory)).start()
-    yield running
-    running.stop()
+    return module_gateway_factory(native_document(primary.url), base_dir=directory)
 
 
 def proxy(gateway: GatewayThread, path: str, **kwargs: object) -> httpx.Response:

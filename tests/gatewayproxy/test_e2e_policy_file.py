@@ -4,8 +4,7 @@ and the admin effective endpoint."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,7 @@ from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.policy_support import (
+from tests.support.gateway.policy import (
     SigningKey,
     allow_models,
     bundle,
@@ -30,6 +27,8 @@ from tests.gatewayproxy.policy_support import (
     rule,
     seed_high_water,
 )
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 SOURCE_ID = "policy-file-tests"
@@ -39,6 +38,14 @@ DENIED = "policy_guardrail_denied"
 @pytest.fixture
 def key() -> SigningKey:
     return SigningKey()
+
+
+@pytest.fixture
+def high_water(tmp_path: Path) -> Path:
+    """The high-water mark of SOURCE_ID, at version 0."""
+    path = tmp_path / "high-water.json"
+    seed_high_water(path, SOURCE_ID)
+    return path
 
 
 def file_source(path: Path, key: SigningKey | None, high_water: Path | None, **extra: Any) -> dict[str, Any]:
@@ -55,92 +62,104 @@ def file_source(path: Path, key: SigningKey | None, high_water: Path | None, **e
     return {**source, "high_water_path": str(high_water)} if high_water else source
 
 
-@contextmanager
-def running(provider: FakeProvider, source: dict[str, Any], **policy: Any) -> Iterator[GatewayThread]:
-    document = gateway_document(provider, guardrail_source=source, guardrails_policy={"mode": "enforce", **policy})
-    gateway = GatewayThread(document).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+@pytest.fixture
+def running(gateway_factory: GatewayFactory, primary: FakeProvider) -> Callable[..., GatewayThread]:
+    """Starts a gateway (for the test) before `primary` with the guardrail bundles of `source`, enforced unless
+    keyword arguments (more `guardrails_policy` fields) say otherwise."""
+
+    def start(source: dict[str, Any], **policy: Any) -> GatewayThread:
+        guardrails_policy = {"mode": "enforce", **policy}
+        return gateway_factory(gateway_document(primary, guardrail_source=source, guardrails_policy=guardrails_policy))
+
+    return start
 
 
 def test_a_signed_bundle_replaced_by_an_older_one_is_refused(
-    tmp_path: Path, key: SigningKey, primary: FakeProvider
+    running: Callable[..., GatewayThread], tmp_path: Path, key: SigningKey, primary: FakeProvider, high_water: Path
 ) -> None:
-    path, high_water = tmp_path / "bundle.jws", tmp_path / "high-water.json"
-    seed_high_water(high_water, SOURCE_ID)
+    path = tmp_path / "bundle.jws"
     path.write_text(key.sign(allow_models(2, "m-new")))
-    with running(primary, file_source(path, key, high_water)) as gateway:
-        assert chat(gateway, "m-new").status_code == 200
-        assert error_code(chat(gateway, "m-old")) == DENIED
-        assert json.loads(high_water.read_text())["version"] == 2
-        path.write_text(key.sign(allow_models(1, "m-old")))
-        poll(lambda: 'gateway_policy_bundles_rejected_total{reason="rollback"}' in gateway.metrics_text)
-        assert chat(gateway, "m-new").status_code == 200  # the newer bundle stays in force
-        assert error_code(chat(gateway, "m-old")) == DENIED
+    gateway = running(file_source(path, key, high_water))
+    assert chat(gateway, "m-new").status_code == 200
+    assert error_code(chat(gateway, "m-old")) == DENIED
     assert json.loads(high_water.read_text())["version"] == 2
-    with running(primary, file_source(path, key, high_water)) as restarted:
-        assert error_code(chat(restarted, "m-new")) == DENIED  # nothing acceptable at boot: fail closed
+    path.write_text(key.sign(allow_models(1, "m-old")))
+    poll(lambda: 'gateway_policy_bundles_rejected_total{reason="rollback"}' in gateway.metrics_text)
+    assert chat(gateway, "m-new").status_code == 200  # the newer bundle stays in force
+    assert error_code(chat(gateway, "m-old")) == DENIED
+    gateway.stop()
+    assert json.loads(high_water.read_text())["version"] == 2
+    restarted = running(file_source(path, key, high_water))
+    assert error_code(chat(restarted, "m-new")) == DENIED  # nothing acceptable at boot: fail closed
+    restarted.stop()
     path.write_text(key.sign(allow_models(3, "m-three")))
-    with running(primary, file_source(path, key, high_water)) as upgraded:
-        assert chat(upgraded, "m-three").status_code == 200
+    upgraded = running(file_source(path, key, high_water))
+    assert chat(upgraded, "m-three").status_code == 200
     assert json.loads(high_water.read_text())["version"] == 3
 
 
-def test_a_lost_high_water_mark_fails_closed(tmp_path: Path, key: SigningKey, primary: FakeProvider) -> None:
+def test_a_lost_high_water_mark_fails_closed(
+    running: Callable[..., GatewayThread], tmp_path: Path, key: SigningKey, primary: FakeProvider
+) -> None:
     path, high_water = tmp_path / "bundle.jws", tmp_path / "high-water.json"
     path.write_text(key.sign(allow_models(5, "m")))
-    with running(primary, file_source(path, key, high_water)) as fresh:
-        denied = chat(fresh, "m")
-        assert error_code(denied) == DENIED and "high-water" in denied.json()["error"]["message"]
+    fresh = running(file_source(path, key, high_water))
+    denied = chat(fresh, "m")
+    assert error_code(denied) == DENIED and "high-water" in denied.json()["error"]["message"]
+    fresh.stop()
     seed_high_water(high_water, SOURCE_ID)
-    with running(primary, file_source(path, key, high_water)) as gateway:
-        assert chat(gateway, "m").status_code == 200
-        high_water.unlink()
-        poll(lambda: chat(gateway, "m").status_code == 403)
-        assert 'gateway_policy_bundles_rejected_total{reason="high_water"}' in gateway.metrics_text
+    gateway = running(file_source(path, key, high_water))
+    assert chat(gateway, "m").status_code == 200
+    high_water.unlink()
+    poll(lambda: chat(gateway, "m").status_code == 403)
+    assert 'gateway_policy_bundles_rejected_total{reason="high_water"}' in gateway.metrics_text
 
 
-def test_a_mark_of_another_source_fails_closed(tmp_path: Path, key: SigningKey, primary: FakeProvider) -> None:
+def test_a_mark_of_another_source_fails_closed(
+    running: Callable[..., GatewayThread], tmp_path: Path, key: SigningKey, primary: FakeProvider
+) -> None:
     path, high_water = tmp_path / "bundle.jws", tmp_path / "high-water.json"
     seed_high_water(high_water, "someone-else")
     path.write_text(key.sign(allow_models(1, "m")))
-    with running(primary, file_source(path, key, high_water)) as gateway:
-        assert error_code(chat(gateway, "m")) == DENIED
+    gateway = running(file_source(path, key, high_water))
+    assert error_code(chat(gateway, "m")) == DENIED
 
 
-def test_an_unsigned_bundle_is_refused_unless_allowed(tmp_path: Path, key: SigningKey, primary: FakeProvider) -> None:
-    path, high_water = tmp_path / "bundle.json", tmp_path / "high-water.json"
-    seed_high_water(high_water, SOURCE_ID)
+def test_an_unsigned_bundle_is_refused_unless_allowed(
+    running: Callable[..., GatewayThread], tmp_path: Path, key: SigningKey, primary: FakeProvider, high_water: Path
+) -> None:
+    path = tmp_path / "bundle.json"
     path.write_text(json.dumps(allow_models(1, "m-ok")))
-    with running(primary, file_source(path, key, high_water)) as gateway:
-        assert error_code(chat(gateway, "m-ok")) == DENIED
-        assert 'gateway_policy_bundles_rejected_total{reason="invalid"}' in gateway.metrics_text
+    gateway = running(file_source(path, key, high_water))
+    assert error_code(chat(gateway, "m-ok")) == DENIED
+    assert 'gateway_policy_bundles_rejected_total{reason="invalid"}' in gateway.metrics_text
+    gateway.stop()
     other = SigningKey()
     path.write_text(other.sign(allow_models(1, "m-ok")))
-    with running(primary, file_source(path, key, high_water)) as gateway:
-        assert error_code(chat(gateway, "m-ok")) == DENIED  # signed, by a key not configured
+    gateway = running(file_source(path, key, high_water))
+    assert error_code(chat(gateway, "m-ok")) == DENIED  # signed, by a key not configured
+    gateway.stop()
     path.write_text(json.dumps(allow_models(1, "m-ok")))
-    with running(primary, file_source(path, None, None)) as unsigned:
-        assert chat(unsigned, "m-ok").status_code == 200
-        assert error_code(chat(unsigned, "m-other")) == DENIED
+    unsigned = running(file_source(path, None, None))
+    assert chat(unsigned, "m-ok").status_code == 200
+    assert error_code(chat(unsigned, "m-other")) == DENIED
     assert json.loads((tmp_path / "bundle.json.highwater").read_text())["version"] == 1
 
 
-def test_several_keys_verify(tmp_path: Path, key: SigningKey, primary: FakeProvider) -> None:
-    path, high_water, keys = tmp_path / "bundle.jws", tmp_path / "high-water.json", tmp_path / "keys.pem"
+def test_several_keys_verify(
+    running: Callable[..., GatewayThread], tmp_path: Path, key: SigningKey, primary: FakeProvider, high_water: Path
+) -> None:
+    path, keys = tmp_path / "bundle.jws", tmp_path / "keys.pem"
     second = SigningKey()
     keys.write_text(key.public_pem + second.public_pem)
-    seed_high_water(high_water, SOURCE_ID)
     path.write_text(second.sign(allow_models(1, "m")))
     source = {**file_source(path, None, high_water), "verification": {"public_key_file": str(keys)}}
-    with running(primary, source) as gateway:
-        assert chat(gateway, "m").status_code == 200
+    gateway = running(source)
+    assert chat(gateway, "m").status_code == 200
 
 
 def test_observe_logs_what_enforce_denies(
-    tmp_path: Path, primary: FakeProvider, caplog: pytest.LogCaptureFixture
+    running: Callable[..., GatewayThread], tmp_path: Path, primary: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "bundle.json"
     path.write_text(
@@ -152,70 +171,82 @@ def test_observe_logs_what_enforce_denies(
             )
         )
     )
-    with running(primary, file_source(path, None, None), mode="observe") as observing:
-        assert chat(observing, "x").status_code == 200
-        metrics = observing.metrics_text
-        assert 'gateway_policy_decisions_total{outcome="would_deny",phase="llm_request"} 1.0' in metrics
-        assert "would deny" in caplog.text and "blocked term" in caplog.text
-    with running(primary, file_source(path, None, None)) as enforcing:
-        assert error_code(chat(enforcing, "m")) == DENIED
-        assert 'gateway_policy_decisions_total{outcome="deny",phase="llm_request"} 1.0' in enforcing.metrics_text
+    observing = running(file_source(path, None, None), mode="observe")
+    assert chat(observing, "x").status_code == 200
+    metrics = observing.metrics_text
+    assert 'gateway_policy_decisions_total{outcome="would_deny",phase="llm_request"} 1.0' in metrics
+    assert "would deny" in caplog.text and "blocked term" in caplog.text
+    observing.stop()
+    enforcing = running(file_source(path, None, None))
+    assert error_code(chat(enforcing, "m")) == DENIED
+    assert 'gateway_policy_decisions_total{outcome="deny",phase="llm_request"} 1.0' in enforcing.metrics_text
 
 
-def test_alert_rules_and_unsupported_types(tmp_path: Path, primary: FakeProvider) -> None:
+def test_alert_rules_and_unsupported_types(
+    running: Callable[..., GatewayThread], tmp_path: Path, primary: FakeProvider
+) -> None:
     path = tmp_path / "bundle.json"
     path.write_text(
         json.dumps(bundle(1, rule("model_allowlist", {"models": ["m"]}, action="alert"), rule("brand_new_type", {})))
     )
-    with running(primary, file_source(path, None, None)) as strict:
-        assert "unsupported" in chat(strict, "m").json()["error"]["message"]
-    with running(primary, file_source(path, None, None), on_unsupported_guardrail="skip_with_alert") as lenient:
-        assert chat(lenient, "other").status_code == 200
-        assert 'gateway_policy_alerts_total{phase="llm_request"} 1.0' in lenient.metrics_text
+    strict = running(file_source(path, None, None))
+    assert "unsupported" in chat(strict, "m").json()["error"]["message"]
+    strict.stop()
+    lenient = running(file_source(path, None, None), on_unsupported_guardrail="skip_with_alert")
+    assert chat(lenient, "other").status_code == 200
+    assert 'gateway_policy_alerts_total{phase="llm_request"} 1.0' in lenient.metrics_text
 
 
-def test_missing_and_expired_bundles(tmp_path: Path, primary: FakeProvider) -> None:
+def test_missing_and_expired_bundles(
+    running: Callable[..., GatewayThread], tmp_path: Path, primary: FakeProvider
+) -> None:
     missing = tmp_path / "absent.json"
-    with running(primary, file_source(missing, None, None)) as allowing:
-        assert chat(allowing, "m").status_code == 200
-    with running(primary, file_source(missing, None, None), on_missing="deny") as denying:
-        assert error_code(chat(denying, "m")) == DENIED
+    allowing = running(file_source(missing, None, None))
+    assert chat(allowing, "m").status_code == 200
+    allowing.stop()
+    denying = running(file_source(missing, None, None), on_missing="deny")
+    assert error_code(chat(denying, "m")) == DENIED
+    denying.stop()
     expired = tmp_path / "expired.json"
     expired.write_text(json.dumps(bundle(1, expires_in=-120)))
-    with running(primary, file_source(expired, None, None), max_staleness_secs=60) as soft:
-        assert chat(soft, "m").status_code == 200
-        assert 'gateway_policy_alerts_total{phase="llm_request"} 1.0' in soft.metrics_text
-    with running(primary, file_source(expired, None, None), max_staleness_secs=60, on_expired="deny") as hard:
-        assert error_code(chat(hard, "m")) == DENIED
-    with running(primary, file_source(expired, None, None), max_staleness_secs=600, on_expired="deny") as fresh:
-        assert chat(fresh, "m").status_code == 200
+    soft = running(file_source(expired, None, None), max_staleness_secs=60)
+    assert chat(soft, "m").status_code == 200
+    assert 'gateway_policy_alerts_total{phase="llm_request"} 1.0' in soft.metrics_text
+    soft.stop()
+    hard = running(file_source(expired, None, None), max_staleness_secs=60, on_expired="deny")
+    assert error_code(chat(hard, "m")) == DENIED
+    hard.stop()
+    fresh = running(file_source(expired, None, None), max_staleness_secs=600, on_expired="deny")
+    assert chat(fresh, "m").status_code == 200
 
 
-def test_user_daily_cost_budget_denies_once_spent(tmp_path: Path, primary: FakeProvider) -> None:
+def test_user_daily_cost_budget_denies_once_spent(
+    running: Callable[..., GatewayThread], tmp_path: Path, primary: FakeProvider
+) -> None:
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(bundle(1, rule("user_daily_cost_budget", {"usd": 0.02}))))
-    with running(primary, file_source(path, None, None)) as gateway:
-        # Each call costs 18 tokens at 1000 USD per million: 0.018 USD.
-        assert chat(gateway, "m").status_code == 200
-        assert chat(gateway, "m").status_code == 200
-        denied = chat(gateway, "m")
-        assert error_code(denied) == DENIED and "budget" in denied.json()["error"]["message"]
-        assert len(primary.received) == 2
+    gateway = running(file_source(path, None, None))
+    # Each call costs 18 tokens at 1000 USD per million: 0.018 USD.
+    assert chat(gateway, "m").status_code == 200
+    assert chat(gateway, "m").status_code == 200
+    denied = chat(gateway, "m")
+    assert error_code(denied) == DENIED and "budget" in denied.json()["error"]["message"]
+    assert len(primary.received) == 2
 
 
-def test_admin_effective_endpoint(tmp_path: Path, primary: FakeProvider) -> None:
+def test_admin_effective_endpoint(
+    running: Callable[..., GatewayThread], gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider
+) -> None:
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(allow_models(7, "m")))
-    with running(primary, file_source(path, None, None)) as gateway:
-        answer = httpx.get(f"{gateway.admin_url}/admin/v1/guardrails/effective", params={"session_id": "s-1"})
-        assert answer.status_code == 200 and answer.json()["bundle"]["version"] == 7
-        assert httpx.get(f"{gateway.admin_url}/admin/v1/guardrails/effective").status_code == 400
-    off = GatewayThread(gateway_document(primary)).start()
-    try:
-        answer = httpx.get(f"{off.admin_url}/admin/v1/guardrails/effective", params={"session_id": "s-1"})
-        assert answer.status_code == 503 and answer.json()["error"]["code"] == "guardrails_unavailable"
-    finally:
-        off.stop()
+    gateway = running(file_source(path, None, None))
+    answer = httpx.get(f"{gateway.admin_url}/admin/v1/guardrails/effective", params={"session_id": "s-1"})
+    assert answer.status_code == 200 and answer.json()["bundle"]["version"] == 7
+    assert httpx.get(f"{gateway.admin_url}/admin/v1/guardrails/effective").status_code == 400
+    gateway.stop()
+    off = gateway_factory(gateway_document(primary))
+    answer = httpx.get(f"{off.admin_url}/admin/v1/guardrails/effective", params={"session_id": "s-1"})
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "guardrails_unavailable"
 
 
 def test_a_bad_public_key_fails_boot_naming_the_key(tmp_path: Path, primary: FakeProvider) -> None:

@@ -4,18 +4,17 @@ server, `llm_response` on a model answer, and phases left out of `guardrails_pol
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.gatewayproxy.policy_support import bundle, chat, error_code, gateway_document, rule
+from tests.support.gateway.documents import with_mcp_route
+from tests.support.gateway.policy import bundle, chat, error_code, gateway_document, rule
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.mcp_servers import RecordingMcpServer
 
 pytestmark = pytest.mark.e2e
 ACCEPT = "application/json, text/event-stream"
@@ -27,15 +26,15 @@ RULES = (
 )
 
 
-@contextmanager
 def running(
+    gateway_factory: GatewayFactory,
     provider: FakeProvider,
     mcp: RecordingMcpServer,
     tmp_path: Path,
     rules: tuple[dict[str, Any], ...] = RULES,
     expires_in: float = 900,
     **policy: Any,
-) -> Iterator[GatewayThread]:
+) -> GatewayThread:
     path = tmp_path / "bundle.json"
     path.write_text(json.dumps(bundle(1, *rules, expires_in=expires_in)))
     document = gateway_document(
@@ -43,20 +42,7 @@ def running(
         guardrail_source={"kind": "file", "path": str(path), "verification": {"allow_unsigned": True}},
         guardrails_policy={"mode": "enforce", **policy},
     )
-    document["destinations"]["notes"] = {"kind": "mcp", "url": mcp.url, "credentials": {"vault": "static"}}
-    document["routes"].insert(
-        0,
-        {
-            "name": "mcp",
-            "match": {"path": "/v1/mcp"},
-            "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
-        },
-    )
-    gateway = GatewayThread(document).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+    return gateway_factory(with_mcp_route(document, mcp.url, "static"))
 
 
 def call(gateway: GatewayThread, method: str, params: dict[str, Any], session: str | None = None) -> httpx.Response:
@@ -74,37 +60,51 @@ def tool(gateway: GatewayThread, name: str, arguments: dict[str, Any]) -> httpx.
     return call(gateway, "tools/call", {"name": name, "arguments": arguments}, session)
 
 
-def test_tool_calls_and_results_are_judged(primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path) -> None:
-    with running(primary, upstream, tmp_path) as gateway:
-        assert "echo: hello" in tool(gateway, "echo", {"text": "hello"}).text
-        denied = tool(gateway, "add", {"a": 1, "b": 2})
-        assert denied.status_code == 403 and "'add' is denied" in denied.text
-        assert tool(gateway, "echo", {"text": "forbidden"}).status_code == 403  # the call's arguments
-        metrics = gateway.metrics_text
-        assert 'gateway_policy_decisions_total{outcome="deny",phase="tool_call"} 2.0' in metrics
-        assert 'gateway_policy_decisions_total{outcome="allow",phase="tool_result"} 1.0' in metrics
+def test_tool_calls_and_results_are_judged(
+    gateway_factory: GatewayFactory, primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path
+) -> None:
+    gateway = running(gateway_factory, primary, upstream, tmp_path)
+    assert "echo: hello" in tool(gateway, "echo", {"text": "hello"}).text
+    denied = tool(gateway, "add", {"a": 1, "b": 2})
+    assert denied.status_code == 403 and "'add' is denied" in denied.text
+    assert tool(gateway, "echo", {"text": "forbidden"}).status_code == 403  # the call's arguments
+    metrics = gateway.metrics_text
+    assert 'gateway_policy_decisions_total{outcome="deny",phase="tool_call"} 2.0' in metrics
+    assert 'gateway_policy_decisions_total{outcome="allow",phase="tool_result"} 1.0' in metrics
 
 
-def test_left_out_phases_are_not_judged(primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path) -> None:
-    with running(primary, upstream, tmp_path, phases=["llm_request"]) as gateway:
-        assert "3" in tool(gateway, "add", {"a": 1, "b": 2}).text
-        assert error_code(chat(gateway, "other")) == "policy_guardrail_denied"
+def test_left_out_phases_are_not_judged(
+    gateway_factory: GatewayFactory, primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path
+) -> None:
+    gateway = running(gateway_factory, primary, upstream, tmp_path, phases=["llm_request"])
+    assert "3" in tool(gateway, "add", {"a": 1, "b": 2}).text
+    assert error_code(chat(gateway, "other")) == "policy_guardrail_denied"
 
 
-def test_model_answers_are_judged(primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path) -> None:
+def test_model_answers_are_judged(
+    gateway_factory: GatewayFactory, primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path
+) -> None:
     provider_answer = rule("blocked_terms", {"terms": ["from primary"]}, phases=["llm_response"])
-    with running(primary, upstream, tmp_path, rules=(provider_answer,)) as gateway:
-        assert error_code(chat(gateway, "m")) == "policy_guardrail_denied"
-        assert 'gateway_policy_decisions_total{outcome="deny",phase="llm_response"} 1.0' in gateway.metrics_text
+    gateway = running(gateway_factory, primary, upstream, tmp_path, rules=(provider_answer,))
+    assert error_code(chat(gateway, "m")) == "policy_guardrail_denied"
+    assert 'gateway_policy_decisions_total{outcome="deny",phase="llm_response"} 1.0' in gateway.metrics_text
 
 
 def test_an_expired_bundle_denies_tool_calls_unless_allowed(
-    primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path
+    gateway_factory: GatewayFactory, primary: FakeProvider, upstream: RecordingMcpServer, tmp_path: Path
 ) -> None:
-    with running(primary, upstream, tmp_path, rules=(), expires_in=-120, max_staleness_secs=60) as soft:
-        assert chat(soft, "m").status_code == 200  # soft_allow_with_alert at llm_request
-        assert tool(soft, "echo", {"text": "hello"}).status_code == 403  # but not at tool_call
-    with running(
-        primary, upstream, tmp_path, rules=(), expires_in=-120, max_staleness_secs=60, on_expired="allow"
-    ) as allowing:
-        assert "echo: hello" in tool(allowing, "echo", {"text": "hello"}).text
+    soft = running(gateway_factory, primary, upstream, tmp_path, rules=(), expires_in=-120, max_staleness_secs=60)
+    assert chat(soft, "m").status_code == 200  # soft_allow_with_alert at llm_request
+    assert tool(soft, "echo", {"text": "hello"}).status_code == 403  # but not at tool_call
+    soft.stop()
+    allowing = running(
+        gateway_factory,
+        primary,
+        upstream,
+        tmp_path,
+        rules=(),
+        expires_in=-120,
+        max_staleness_secs=60,
+        on_expired="allow",
+    )
+    assert "echo: hello" in tool(allowing, "echo", {"text": "hello"}).text

@@ -3,11 +3,8 @@ effective endpoint, `on_backend_error`, and Redis guardrail state written back t
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from hashlib import sha256
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +15,18 @@ import redis
 from gatewayproxy.config.loader import ConfigError, validate_document
 from registry.extensions.models import Guardrail
 from registry.internal.models import GuardrailState
-from tests.conftest import Tenant, make_tenant
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.policy_support import (
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.policy import (
     SigningKey,
-    api_key_identity,
     chat,
     error_code,
     gateway_document,
     poll,
 )
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 from tests.support.live import live_registry
+from tests.support.tenants import Tenant, make_tenant, open_session
 
 pytestmark = pytest.mark.e2e
 with_database = pytest.mark.django_db(transaction=True)
@@ -64,12 +61,7 @@ def registry(
 @pytest.fixture
 def workspace_session() -> tuple[Tenant, str]:
     tenant = make_tenant(f"policy-{uuid.uuid4().hex[:8]}")
-    agent = tenant.client.post("/v1/agents", {"name": "a", "model": "m"}, format="json").json()
-    environment = tenant.client.post("/v1/environments", {"name": "e"}, format="json").json()
-    session = tenant.client.post(
-        "/v1/sessions", {"agent": agent["id"], "environment_id": environment["id"]}, format="json"
-    ).json()
-    return tenant, session["id"]
+    return tenant, open_session(tenant.client)
 
 
 def allow_only(tenant: Tenant, *models: str) -> Guardrail:
@@ -82,20 +74,39 @@ def allow_only(tenant: Tenant, *models: str) -> Guardrail:
     )
 
 
-@contextmanager
-def running(
-    provider: FakeProvider, tmp_path: Path, workspace: str, source: dict[str, Any], **sections: Any
-) -> Iterator[GatewayThread]:
-    identity = api_key_identity(tmp_path, CLIENT_KEY, "alice", {"workspace": workspace})
-    policy = {"mode": "enforce", "refresh_interval_secs": 1, **sections.pop("guardrails_policy", {})}
-    document = gateway_document(
-        provider, identity=identity, guardrail_source=source, guardrails_policy=policy, **sections
-    )
-    gateway = GatewayThread(document).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
+@pytest.fixture
+def policy_gateway(
+    gateway_factory: GatewayFactory, primary: FakeProvider, tmp_path: Path
+) -> Callable[..., GatewayThread]:
+    """Starts a gateway (for the test) before `primary` enforcing the bundles of `source`, refreshed every second;
+    its caller CLIENT_KEY is alice of `workspace` unless `identity=` says otherwise; more keyword arguments are
+    more sections."""
+
+    def start(workspace: str, source: dict[str, Any], **sections: Any) -> GatewayThread:
+        identity = sections.pop("identity", None) or api_key_identity(
+            tmp_path, {CLIENT_KEY: ("alice", {"workspace": workspace})}
+        )
+        policy = {"mode": "enforce", "refresh_interval_secs": 1, **sections.pop("guardrails_policy", {})}
+        document = gateway_document(
+            primary, identity=identity, guardrail_source=source, guardrails_policy=policy, **sections
+        )
+        return gateway_factory(document)
+
+    return start
+
+
+@pytest.fixture
+def session_gateway(
+    registry: tuple[str, Path], workspace_session: tuple[Tenant, str], policy_gateway: Callable[..., GatewayThread]
+) -> Callable[..., GatewayThread]:
+    """`policy_gateway` for the workspace of `workspace_session`, its bundles from the live registry (`source=`:
+    more options of the registry source)."""
+    (url, token_file), (tenant, _) = registry, workspace_session
+
+    def start(source: dict[str, Any] | None = None, **sections: Any) -> GatewayThread:
+        return policy_gateway(tenant.workspace.id, registry_source(url, token_file, **(source or {})), **sections)
+
+    return start
 
 
 def registry_source(url: str, token_file: Path, **extra: Any) -> dict[str, Any]:
@@ -116,63 +127,57 @@ def effective(gateway: GatewayThread, session_id: str) -> httpx.Response:
 
 @with_database
 def test_session_bundles_load_lazily_and_are_cached(
-    registry: tuple[str, Path], workspace_session: tuple[Tenant, str], primary: FakeProvider, tmp_path: Path
+    session_gateway: Callable[..., GatewayThread], workspace_session: tuple[Tenant, str]
 ) -> None:
-    url, token_file = registry
     tenant, session_id = workspace_session
     guardrail = allow_only(tenant, "m-ok")
-    with running(primary, tmp_path, tenant.workspace.id, registry_source(url, token_file)) as gateway:
-        assert effective(gateway, session_id).status_code == 404  # nothing is fetched before the session's request
-        assert chat(gateway, "m-other", CLIENT_KEY).status_code == 200  # no session: the bundle is missing (allow)
-        assert chat(gateway, "m-ok", CLIENT_KEY, **{"x-session-id": session_id}).status_code == 200
-        assert error_code(chat(gateway, "m-other", CLIENT_KEY, **{"x-session-id": session_id})) == DENIED
-        cached = effective(gateway, session_id)
-        assert cached.status_code == 200
-        assert cached.json()["bundle"]["guardrails"][0]["name"] == guardrail.name
-        assert cached.json()["bundle"]["session_id"] == session_id
-        Guardrail.objects.filter(pk=guardrail.pk).update(enabled=False)
-        assert error_code(chat(gateway, "m-other", CLIENT_KEY, **{"x-session-id": session_id})) == DENIED
-    with running(primary, tmp_path, tenant.workspace.id, registry_source(url, token_file, cache_ttl_secs=1)) as short:
-        assert chat(short, "m-other", CLIENT_KEY, **{"x-session-id": session_id}).status_code == 200
+    gateway = session_gateway()
+    assert effective(gateway, session_id).status_code == 404  # nothing is fetched before the session's request
+    assert chat(gateway, "m-other", CLIENT_KEY).status_code == 200  # no session: the bundle is missing (allow)
+    assert chat(gateway, "m-ok", CLIENT_KEY, **{"x-session-id": session_id}).status_code == 200
+    assert error_code(chat(gateway, "m-other", CLIENT_KEY, **{"x-session-id": session_id})) == DENIED
+    cached = effective(gateway, session_id)
+    assert cached.status_code == 200
+    assert cached.json()["bundle"]["guardrails"][0]["name"] == guardrail.name
+    assert cached.json()["bundle"]["session_id"] == session_id
+    Guardrail.objects.filter(pk=guardrail.pk).update(enabled=False)
+    assert error_code(chat(gateway, "m-other", CLIENT_KEY, **{"x-session-id": session_id})) == DENIED
+    gateway.stop()
+    short = session_gateway(source={"cache_ttl_secs": 1})
+    assert chat(short, "m-other", CLIENT_KEY, **{"x-session-id": session_id}).status_code == 200
 
 
 @with_database
 def test_signed_registry_bundles_are_verified(
-    registry: tuple[str, Path],
-    workspace_session: tuple[Tenant, str],
-    signing_key: SigningKey,
-    primary: FakeProvider,
-    tmp_path: Path,
+    session_gateway: Callable[..., GatewayThread], workspace_session: tuple[Tenant, str], signing_key: SigningKey
 ) -> None:
-    url, token_file = registry
     tenant, session_id = workspace_session
     allow_only(tenant, "m-ok")
-    verified = registry_source(url, token_file, verification={"public_key_pem": signing_key.public_pem})
-    with running(primary, tmp_path, tenant.workspace.id, verified) as gateway:
-        assert chat(gateway, "m-ok", CLIENT_KEY, **{"x-session-id": session_id}).status_code == 200
-        assert error_code(chat(gateway, "m-other", CLIENT_KEY, **{"x-session-id": session_id})) == DENIED
-    wrong = registry_source(url, token_file, verification={"public_key_pem": SigningKey().public_pem})
-    with running(primary, tmp_path, tenant.workspace.id, wrong) as gateway:
-        refused = chat(gateway, "m-ok", CLIENT_KEY, **{"x-session-id": session_id})
-        assert error_code(refused) == DENIED and "signature" in refused.json()["error"]["message"]
+    gateway = session_gateway(source={"verification": {"public_key_pem": signing_key.public_pem}})
+    assert chat(gateway, "m-ok", CLIENT_KEY, **{"x-session-id": session_id}).status_code == 200
+    assert error_code(chat(gateway, "m-other", CLIENT_KEY, **{"x-session-id": session_id})) == DENIED
+    gateway.stop()
+    gateway = session_gateway(source={"verification": {"public_key_pem": SigningKey().public_pem}})
+    refused = chat(gateway, "m-ok", CLIENT_KEY, **{"x-session-id": session_id})
+    assert error_code(refused) == DENIED and "signature" in refused.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(("mode", "status"), [("deny", 403), ("allow", 200), ("last_known", 403)])
 def test_on_backend_error(
-    mode: str, status: int, primary: FakeProvider, secondary: FakeProvider, tmp_path: Path
+    policy_gateway: Callable[..., GatewayThread], mode: str, status: int, secondary: FakeProvider, tmp_path: Path
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("secret-token-xyz")
     # `secondary` answers every GET with 404: a registry that fails.
     source = registry_source(secondary.url, token_file, on_backend_error=mode)
-    with running(primary, tmp_path, "wsp_failing", source) as gateway:
-        answer = chat(gateway, "m", CLIENT_KEY, **{"x-session-id": "sesn_1"})
-        assert answer.status_code == status
-        assert "secret-token-xyz" not in answer.text
-        assert secondary.received[0].headers["authorization"] == "Bearer secret-token-xyz"
-        assert secondary.received[0].path.startswith("/internal/v1/guardrails/effective?workspace=wsp_failing")
-        chat(gateway, "m", CLIENT_KEY, **{"x-session-id": "sesn_1"})
-        assert len(secondary.received) == 1  # a failed fetch is not retried before refresh_interval_secs
+    gateway = policy_gateway("wsp_failing", source)
+    answer = chat(gateway, "m", CLIENT_KEY, **{"x-session-id": "sesn_1"})
+    assert answer.status_code == status
+    assert "secret-token-xyz" not in answer.text
+    assert secondary.received[0].headers["authorization"] == "Bearer secret-token-xyz"
+    assert secondary.received[0].path.startswith("/internal/v1/guardrails/effective?workspace=wsp_failing")
+    chat(gateway, "m", CLIENT_KEY, **{"x-session-id": "sesn_1"})
+    assert len(secondary.received) == 1  # a failed fetch is not retried before refresh_interval_secs
 
 
 def _bundle_fetches(registry: FakeProvider) -> list[str]:
@@ -181,52 +186,30 @@ def _bundle_fetches(registry: FakeProvider) -> list[str]:
 
 @pytest.mark.parametrize("trusted", [False, True])
 def test_the_session_comes_from_verified_scope_and_from_the_header_only_when_trusted(
-    trusted: bool, primary: FakeProvider, secondary: FakeProvider, tmp_path: Path
+    policy_gateway: Callable[..., GatewayThread], trusted: bool, secondary: FakeProvider, tmp_path: Path
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("token")
     # `secondary` answers every bundle fetch with 404 and `on_backend_error: deny` refuses: a request the gateway
     # found a session for is 403 and shows its session in the fetch; one without a session is allowed unfetched.
     source = registry_source(secondary.url, token_file, on_backend_error="deny", trust_session_header=trusted)
-    keys = tmp_path / "keys.json"
-    keys.write_text(
-        json.dumps(
-            {
-                "keys": [
-                    {"sha256": sha256(b"plain").hexdigest(), "principal": "p", "scope": {"workspace": "wsp_1"}},
-                    {
-                        "sha256": sha256(b"sessioned").hexdigest(),
-                        "principal": "s",
-                        "scope": {"workspace": "wsp_1", "session": "sesn_verified"},
-                    },
-                ]
-            }
-        )
-    )
-    identity = {
-        "scope_dims": ["session", "workspace"],
-        "validators": [{"name": "keys", "kind": "api_key", "keys_file": str(keys)}],
+    callers = {
+        "plain": ("p", {"workspace": "wsp_1"}),
+        "sessioned": ("s", {"workspace": "wsp_1", "session": "sesn_verified"}),
     }
-    policy = {"mode": "enforce", "refresh_interval_secs": 1}
-    document = gateway_document(
-        primary,
-        identity=identity,
-        guardrail_source=source,
-        guardrails_policy=policy,
-        spend={"trusted_header_dims": ["session"]},
-    )
-    with running_document(document) as gateway:
-        secondary.reset()
-        header = chat(gateway, "m", "plain", **{"x-session-id": "sesn_header"})
-        header_fetches = _bundle_fetches(secondary)
-        secondary.reset()
-        # A trusted `x-scope-session` header fills the scope for limits, but it is not a verified dimension.
-        scoped = chat(gateway, "m", "plain", **{"x-scope-session": "sesn_scoped"})
-        assert scoped.status_code == 200 and _bundle_fetches(secondary) == []
-        secondary.reset()
-        verified = chat(gateway, "m", "sessioned", **{"x-session-id": "sesn_header"})
-        assert error_code(verified) == DENIED
-        assert [path.split("session=")[1] for path in _bundle_fetches(secondary)] == ["sesn_verified"]
+    identity = api_key_identity(tmp_path, callers)
+    gateway = policy_gateway("wsp_1", source, identity=identity, spend={"trusted_header_dims": ["session"]})
+    secondary.reset()
+    header = chat(gateway, "m", "plain", **{"x-session-id": "sesn_header"})
+    header_fetches = _bundle_fetches(secondary)
+    secondary.reset()
+    # A trusted `x-scope-session` header fills the scope for limits, but it is not a verified dimension.
+    scoped = chat(gateway, "m", "plain", **{"x-scope-session": "sesn_scoped"})
+    assert scoped.status_code == 200 and _bundle_fetches(secondary) == []
+    secondary.reset()
+    verified = chat(gateway, "m", "sessioned", **{"x-session-id": "sesn_header"})
+    assert error_code(verified) == DENIED
+    assert [path.split("session=")[1] for path in _bundle_fetches(secondary)] == ["sesn_verified"]
     if trusted:
         assert error_code(header) == DENIED
         assert [path.split("session=")[1] for path in header_fetches] == ["sesn_header"]
@@ -234,20 +217,10 @@ def test_the_session_comes_from_verified_scope_and_from_the_header_only_when_tru
         assert header.status_code == 200 and header_fetches == []
 
 
-@contextmanager
-def running_document(document: dict[str, Any]) -> Iterator[GatewayThread]:
-    gateway = GatewayThread(document).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
-
-
 @with_database
 def test_redis_state_has_ttls_and_is_written_back(
-    registry: tuple[str, Path], workspace_session: tuple[Tenant, str], primary: FakeProvider, tmp_path: Path
+    session_gateway: Callable[..., GatewayThread], workspace_session: tuple[Tenant, str]
 ) -> None:
-    url, token_file = registry
     tenant, session_id = workspace_session
     prefix = f"gwtest:{uuid.uuid4().hex}:"
     state = {
@@ -263,17 +236,17 @@ def test_redis_state_has_ttls_and_is_written_back(
     }
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
     try:
-        source = registry_source(url, token_file)
-        with running(primary, tmp_path, tenant.workspace.id, source, guardrail_state=state) as gateway:
-            for _ in range(2):
-                headers = {"x-session-id": session_id, "x-turn-id": "t1"}
-                assert chat(gateway, "m", CLIENT_KEY, **headers).status_code == 200
+        gateway = session_gateway(guardrail_state=state)
+        for _ in range(2):
+            headers = {"x-session-id": session_id, "x-turn-id": "t1"}
+            assert chat(gateway, "m", CLIENT_KEY, **headers).status_code == 200
 
-            def written_back() -> bool:
-                row = GuardrailState.objects.filter(session_id=session_id).first()
-                return row is not None and row.state.get("gateway_usage", {}).get("requests") == 2
+        def written_back() -> bool:
+            row = GuardrailState.objects.filter(session_id=session_id).first()
+            return row is not None and row.state.get("gateway_usage", {}).get("requests") == 2
 
-            poll(written_back)
+        poll(written_back)
+        gateway.stop()
         row = GuardrailState.objects.get(session_id=session_id)
         assert row.state["gateway_usage"]["cost_usd"] == pytest.approx(0.036)
         session_key = f"{prefix}guardrail:session:{tenant.workspace.id}:{session_id}"

@@ -11,8 +11,9 @@ import httpx
 import openai
 import pytest
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import KEYS_VAULT, GatewayThread, fallback_route, keyed_destination, vault_keys
+from tests.support.gateway.documents import KEYS_VAULT, fallback_route, keyed_destination
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread, vault_keys
 
 pytestmark = pytest.mark.e2e
 STORED = {
@@ -26,7 +27,14 @@ STORED = {
 
 
 @pytest.fixture(scope="module")
-def gateway(primary: FakeProvider) -> Iterator[GatewayThread]:
+def azure_keys() -> Iterator[None]:
+    """Credentials `a` (vendor A) and `c` (cloud vendor C) of the `keys` env vault, for the module."""
+    with vault_keys(a="provider-a-key", c="azure-key"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def gateway(module_gateway_factory: GatewayFactory, primary: FakeProvider, azure_keys: None) -> GatewayThread:
     """`az-*` creates and `x-target: azure` reads go to cloud vendor C's v1 API; `dated-*` creates and
     `x-target: dated` reads to its dated form; other reads to vendor A."""
     document = {
@@ -46,10 +54,7 @@ def gateway(primary: FakeProvider) -> Iterator[GatewayThread]:
             fallback_route("items", {"path": "/v1/responses/*"}, "openai"),
         ],
     }
-    with vault_keys(a="provider-a-key", c="azure-key"):
-        running = GatewayThread(document).start()
-        yield running
-        running.stop()
+    return module_gateway_factory(document)
 
 
 def test_a_create_on_cloud_vendor_c_uses_the_v1_path(gateway: GatewayThread, primary: FakeProvider) -> None:

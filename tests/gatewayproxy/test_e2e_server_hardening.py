@@ -13,9 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.stalling_upstream import StallingUpstream
-from tests.support.waiting import wait_until
+from fakes.waiting import wait_until
+from tests.support.gateway.documents import destination, one_destination
+from tests.support.gateway.stalling import StallingUpstream
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.serving import served
 
 pytestmark = pytest.mark.e2e
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -26,58 +28,53 @@ STREAM_IDLE_MS = 400
 
 @pytest.fixture(scope="module")
 def stalling() -> Iterator[StallingUpstream]:
-    upstream = StallingUpstream().start()
-    yield upstream
-    upstream.stop()
+    yield from served(StallingUpstream().start())
 
 
-def _document(upstream_url: str, server: dict[str, Any] | None = None, **destination: Any) -> dict[str, Any]:
-    return {
-        "server": {
-            "request_timeout_ms": REQUEST_TIMEOUT_MS,
-            "stream_idle_timeout_ms": STREAM_IDLE_MS,
-            "limits": {"header_read_timeout_ms": 300, "max_body_bytes": 4096, "max_header_bytes": 2048},
-            **(server or {}),
-        },
-        "vaults": [{"name": "static", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {
-            "up": {
-                "kind": "vendor_a_compatible",
-                "base_url": f"{upstream_url}/v1",
-                "credentials": {"vault": "static"},
-                **destination,
-            }
-        },
-        "routes": [{"name": "all", "match": {}, "strategy": {"mode": "fallback", "targets": [{"destination": "up"}]}}],
+def _document(upstream_url: str, server: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    server = {
+        "request_timeout_ms": REQUEST_TIMEOUT_MS,
+        "stream_idle_timeout_ms": STREAM_IDLE_MS,
+        "limits": {"header_read_timeout_ms": 300, "max_body_bytes": 4096, "max_header_bytes": 2048},
+        **(server or {}),
     }
+    upstream = destination("vendor_a_compatible", f"{upstream_url}/v1", "static", **fields)
+    return one_destination(upstream, name="up", vault="static", match={}, server=server)
 
 
-@contextlib.contextmanager
-def _holding(stalling: StallingUpstream, server: dict[str, Any], **destination: Any) -> Iterator[GatewayThread]:
-    """A gateway of its own before the upstream, which holds every request until released (released and
-    stopped at the end, whatever happened)."""
-    thread = GatewayThread(_document(stalling.url, server, **destination)).start()
-    try:
-        stalling.reset("hold")
-        yield thread
-    finally:
-        stalling.release()
-        thread.stop()
+Holding = Callable[..., contextlib.AbstractContextManager[GatewayThread]]
+
+
+@pytest.fixture
+def holding(gateway_factory: GatewayFactory, stalling: StallingUpstream) -> Holding:
+    """`holding(server, **destination)`: a gateway of its own (`server` and `destination`: more fields of its
+    sections) before the upstream, which holds every request until released; released and stopped at the end of
+    the block, whatever happened."""
+
+    @contextlib.contextmanager
+    def hold(server: dict[str, Any], **destination: Any) -> Iterator[GatewayThread]:
+        thread = gateway_factory(_document(stalling.url, server, **destination))
+        try:
+            stalling.reset("hold")
+            yield thread
+        finally:
+            stalling.release()
+            thread.stop()
+
+    return hold
 
 
 def _pool_limited(
-    stalling: StallingUpstream, connections: int, *, wait_ms: int
+    holding: Holding, connections: int, *, wait_ms: int
 ) -> contextlib.AbstractContextManager[GatewayThread]:
-    """`_holding` with at most `connections` upstream connections, a request waiting `wait_ms` for one."""
+    """`holding` with at most `connections` upstream connections, a request waiting `wait_ms` for one."""
     limits = {"max_connections": connections, "max_connections_wait_ms": wait_ms}
-    return _holding(stalling, {"request_timeout_ms": 20000}, **limits)
+    return holding({"request_timeout_ms": 20000}, **limits)
 
 
 @pytest.fixture(scope="module")
-def gateway(stalling: StallingUpstream) -> Iterator[GatewayThread]:
-    thread = GatewayThread(_document(stalling.url)).start()
-    yield thread
-    thread.stop()
+def gateway(module_gateway_factory: GatewayFactory, stalling: StallingUpstream) -> GatewayThread:
+    return module_gateway_factory(_document(stalling.url))
 
 
 def _in_flight(gateway: GatewayThread) -> int:
@@ -210,8 +207,10 @@ def _post_status(url: str) -> tuple[int, dict[str, str]]:
     return int(head[0].split(" ")[1]), headers
 
 
-def test_requests_beyond_max_concurrent_requests_are_refused_with_503(stalling: StallingUpstream) -> None:
-    with _holding(stalling, {"max_concurrent_requests": 50, "request_timeout_ms": 20000}) as thread:
+def test_requests_beyond_max_concurrent_requests_are_refused_with_503(
+    holding: Holding, stalling: StallingUpstream
+) -> None:
+    with holding({"max_concurrent_requests": 50, "request_timeout_ms": 20000}) as thread:
         rss_before = _rss_kb()
         with concurrent.futures.ThreadPoolExecutor(200) as pool:
             futures = [pool.submit(_post_status, thread.url) for _ in range(200)]
@@ -229,8 +228,8 @@ def test_requests_beyond_max_concurrent_requests_are_refused_with_503(stalling: 
         assert httpx.post(f"{thread.url}/v1/chat/completions", json=CHAT).status_code == 200
 
 
-def test_an_overloaded_gateway_answers_without_reading_the_body(stalling: StallingUpstream) -> None:
-    with _holding(stalling, {"max_concurrent_requests": 1, "request_timeout_ms": 20000}) as thread:
+def test_an_overloaded_gateway_answers_without_reading_the_body(holding: Holding, stalling: StallingUpstream) -> None:
+    with holding({"max_concurrent_requests": 1, "request_timeout_ms": 20000}) as thread:
         busy = _raw_request(thread.url, "/v1/messages", MESSAGES)
         wait_until(lambda: stalling.requests == 1, timeout=5)
         host, port = thread.url.removeprefix("http://").split(":")
@@ -244,8 +243,11 @@ def test_an_overloaded_gateway_answers_without_reading_the_body(stalling: Stalli
         busy.close()
 
 
-def test_a_full_upstream_pool_answers_503_after_the_wait(stalling: StallingUpstream) -> None:
-    with _pool_limited(stalling, 2, wait_ms=200) as thread, concurrent.futures.ThreadPoolExecutor(3) as pool:
+def test_a_full_upstream_pool_answers_503_after_the_wait(holding: Holding, stalling: StallingUpstream) -> None:
+    with (
+        _pool_limited(holding, 2, wait_ms=200) as thread,
+        concurrent.futures.ThreadPoolExecutor(3) as pool,
+    ):
         held = [pool.submit(_post_status, thread.url) for _ in range(2)]
         wait_until(lambda: stalling.requests == 2, timeout=5)
         started = time.monotonic()
@@ -257,8 +259,13 @@ def test_a_full_upstream_pool_answers_503_after_the_wait(stalling: StallingUpstr
         assert [future.result()[0] for future in held] == [200, 200]
 
 
-def test_a_request_waiting_for_a_pooled_connection_gets_the_next_one_freed(stalling: StallingUpstream) -> None:
-    with _pool_limited(stalling, 1, wait_ms=5000) as thread, concurrent.futures.ThreadPoolExecutor(2) as pool:
+def test_a_request_waiting_for_a_pooled_connection_gets_the_next_one_freed(
+    holding: Holding, stalling: StallingUpstream
+) -> None:
+    with (
+        _pool_limited(holding, 1, wait_ms=5000) as thread,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
         futures = [pool.submit(_post_status, thread.url) for _ in range(2)]
         wait_until(lambda: stalling.requests == 1, timeout=5)
         stalling.release()

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from gatewayproxy.config.loader import ConfigError, validate_document
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.limits_support import burst, chat, document, error_code, poll, redis_limiter, running
+from tests.support.gateway.limits import burst, chat, document, error_code, poll, redis_limiter
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
@@ -30,12 +31,19 @@ def budget_document(provider: FakeProvider, plugins: dict[str, Any] | None = Non
     )
 
 
-@pytest.mark.parametrize("store", ["local", "redis"])
-def test_fifty_concurrent_requests_against_room_for_one_admit_exactly_one(primary: FakeProvider, store: str) -> None:
-    plugins = redis_limiter(SHARED_REDIS) if store == "redis" else None
-    with running(budget_document(primary, plugins)) as gateway:
-        primary.reset("delay:0.5")  # the admitted request holds its reservation while the others arrive
-        responses = burst(gateway.url, 50)
+@pytest.fixture(params=["local", "redis"])
+def budgeted(request: pytest.FixtureRequest, gateway_factory: GatewayFactory, primary: FakeProvider) -> GatewayThread:
+    """A gateway with room for one reservation in its monthly budget, counted locally or in the shared Redis."""
+    plugins = redis_limiter(SHARED_REDIS) if request.param == "redis" else None
+    return gateway_factory(budget_document(primary, plugins))
+
+
+def test_fifty_concurrent_requests_against_room_for_one_admit_exactly_one(
+    budgeted: GatewayThread, primary: FakeProvider
+) -> None:
+    gateway = budgeted
+    primary.reset("delay:0.5")  # the admitted request holds its reservation while the others arrive
+    responses = burst(gateway.url, 50)
     statuses = sorted(response.status_code for response in responses)
     assert statuses == [200] + [429] * 49
     refused = [response for response in responses if response.status_code == 429]
@@ -44,13 +52,11 @@ def test_fifty_concurrent_requests_against_room_for_one_admit_exactly_one(primar
     assert len(primary.received) == 1
 
 
-@pytest.mark.parametrize("store", ["local", "redis"])
-def test_reservation_is_reconciled_to_the_actual_cost(primary: FakeProvider, store: str) -> None:
-    plugins = redis_limiter(SHARED_REDIS) if store == "redis" else None
-    with running(budget_document(primary, plugins)) as gateway:
-        first = chat(gateway.url)
-        # Room for one reservation only: the next is admitted once the first is settled at its actual cost.
-        second = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
+def test_reservation_is_reconciled_to_the_actual_cost(budgeted: GatewayThread) -> None:
+    gateway = budgeted
+    first = chat(gateway.url)
+    # Room for one reservation only: the next is admitted once the first is settled at its actual cost.
+    second = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
     assert first.status_code == 200 and second
     spent_before_second = (
         1.5 - float(second.headers["x-budget-remaining-usd"]) - (1.5 - float(first.headers["x-budget-remaining-usd"]))
@@ -58,22 +64,22 @@ def test_reservation_is_reconciled_to_the_actual_cost(primary: FakeProvider, sto
     assert spent_before_second == pytest.approx(ACTUAL_COST, abs=2e-6)
 
 
-def test_failed_request_releases_its_reservation(primary: FakeProvider) -> None:
-    with running(budget_document(primary)) as gateway:
-        primary.reset("500")
-        failed = chat(gateway.url)
-        later = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
+def test_failed_request_releases_its_reservation(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
+    gateway = gateway_factory(budget_document(primary))
+    primary.reset("500")
+    failed = chat(gateway.url)
+    later = poll(lambda: (response := chat(gateway.url)).status_code == 200 and response)
     assert failed.status_code == 502 and later
     # Room for one reservation: the later request was admitted only because the failed one gave all of its back.
     assert later.headers["x-budget-remaining-usd"] == failed.headers["x-budget-remaining-usd"]
 
 
-def test_daily_budget_is_enforced_too(primary: FakeProvider) -> None:
+def test_daily_budget_is_enforced_too(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
     config = document(
         primary, rate_limits=[{"name": "spend", "budget_usd_per_day": 0.5}], spend=ONE_AT_A_TIME, pricing=DEAR
     )
-    with running(config) as gateway:
-        refused = chat(gateway.url)
+    gateway = gateway_factory(config)
+    refused = chat(gateway.url)
     assert refused.status_code == 429 and error_code(refused) == "budget_exceeded"
     assert 1 <= int(refused.headers["retry-after"]) <= 86_400
 
@@ -86,7 +92,9 @@ def test_daily_budget_is_enforced_too(primary: FakeProvider) -> None:
         ("allow_untracked", 200, 0.0),
     ],
 )
-def test_unpriced_model_modes(primary: FakeProvider, mode: str, status: int, spent: float | None) -> None:
+def test_unpriced_model_modes(
+    gateway_factory: GatewayFactory, primary: FakeProvider, mode: str, status: int, spent: float | None
+) -> None:
     admission: dict[str, Any] = {"unpriced_model": mode}
     if mode == "estimate":
         admission["estimate_usd_per_request"] = 0.25
@@ -96,9 +104,9 @@ def test_unpriced_model_modes(primary: FakeProvider, mode: str, status: int, spe
         spend={"headers": {"enabled": True}, "admission": admission},
         plugins={"cost_model": {"name": "prices", "kind": "static_table", "table": {"other": DEAR}}},
     )
-    with running(config) as gateway:
-        first = chat(gateway.url)
-        second = chat(gateway.url)
+    gateway = gateway_factory(config)
+    first = chat(gateway.url)
+    second = chat(gateway.url)
     assert first.status_code == status
     if spent is None:
         assert error_code(first) == "unpriced_model"

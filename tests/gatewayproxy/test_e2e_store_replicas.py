@@ -5,40 +5,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from django.db.models import F
 
+from fakes.waiting import wait_until
 from gatewayproxy.store.models import ConfigVersion, Route
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.store_harness import (
-    STORE_ONLY_DATABASE,
-    BuiltGatewayThread,
-    database_gateway,
-    import_document,
-    provider_document,
-)
-from tests.support.waiting import wait_until
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.store import STORE_ONLY_DATABASE, database_gateway, import_document, provider_document
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = [pytest.mark.e2e, STORE_ONLY_DATABASE]
 ROUTE = {"match": {"model": "new"}, "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}}
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, primary: FakeProvider) -> Iterator[tuple[BuiltGatewayThread, BuiltGatewayThread]]:
-    document = provider_document(primary)
-    document["routes"][0]["match"] = {"model": "m"}
-    import_document(tmp_path, document)
-    first, second = database_gateway().start(), database_gateway().start()
-    yield first, second
-    first.stop()
-    second.stop()
+def replicas(
+    gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider
+) -> tuple[GatewayThread, GatewayThread]:
+    import_document(tmp_path, provider_document(primary, match="m"))
+    return gateway_factory.around(database_gateway()), gateway_factory.around(database_gateway())
 
 
-def status_of(gateway: BuiltGatewayThread, model: str) -> int:
+def status_of(gateway: GatewayThread, model: str) -> int:
     return httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": model, "messages": []}).status_code
 
 
@@ -49,7 +40,7 @@ def until(condition: object, timeout: float = 10.0) -> float:
     return time.monotonic() - started
 
 
-def test_a_write_on_one_replica_reaches_the_other(replicas: tuple[BuiltGatewayThread, BuiltGatewayThread]) -> None:
+def test_a_write_on_one_replica_reaches_the_other(replicas: tuple[GatewayThread, GatewayThread]) -> None:
     first, second = replicas
     assert status_of(second, "new") == 404
     assert httpx.put(f"{first.admin_url}/admin/v1/routes/new", json=ROUTE).status_code == 200
@@ -62,7 +53,7 @@ def test_a_write_on_one_replica_reaches_the_other(replicas: tuple[BuiltGatewayTh
 
 
 def test_an_invalid_stored_config_keeps_the_last_good_snapshot(
-    replicas: tuple[BuiltGatewayThread, BuiltGatewayThread], caplog: pytest.LogCaptureFixture
+    replicas: tuple[GatewayThread, GatewayThread], caplog: pytest.LogCaptureFixture
 ) -> None:
     first, _ = replicas
     assert first.gateway.runtime is not None and first.gateway.database is not None

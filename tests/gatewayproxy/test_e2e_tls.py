@@ -8,7 +8,6 @@ import shutil
 import socket
 import ssl
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,13 @@ import httpx2
 import pytest
 import uvloop
 
+from fakes.pki import make_pki
+from fakes.waiting import wait_until
 from gatewayproxy.server.upstream import Origin, UpstreamPool
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
 from tests.support.clients import vendor_a_client, vendor_b_client
-from tests.support.tls import make_pki
-from tests.support.waiting import wait_until
+from tests.support.gateway.documents import destination, fallback_route, path_vault
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 
 pytestmark = pytest.mark.e2e
 
@@ -31,34 +31,21 @@ def _document(provider: FakeProvider, chain: Path) -> dict[str, Any]:
     pair = {"cert": str(chain), "key": str(chain)}
     return {
         "server": {"tls": pair, "admin_tls": pair},
-        "vaults": [{"name": "static", "resolver": "env", "env_var": "PATH"}],
+        "vaults": [path_vault("static")],
         "destinations": {
-            "a": {"kind": "vendor_a_compatible", "base_url": f"{provider.url}/v1", "credentials": {"vault": "static"}},
-            "b": {"kind": "vendor_b", "base_url": provider.url, "credentials": {"vault": "static"}},
+            "a": destination("vendor_a_compatible", f"{provider.url}/v1", "static"),
+            "b": destination("vendor_b", provider.url, "static"),
         },
-        "routes": [
-            {
-                "name": "chat",
-                "match": {"model": "gpt"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "a"}]},
-            },
-            {
-                "name": "msg",
-                "match": {"model": "claude"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "b"}]},
-            },
-        ],
+        "routes": [fallback_route("chat", "gpt", "a"), fallback_route("msg", "claude", "b")],
     }
 
 
 @pytest.fixture
-def served(tmp_path: Path, primary: FakeProvider) -> Iterator[tuple[GatewayThread, Path, Path]]:
+def served(gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider) -> tuple[GatewayThread, Path, Path]:
     pki = make_pki(tmp_path)
     chain = tmp_path / "listener.pem"
     shutil.copy(pki.server_chain, chain)
-    thread = GatewayThread(_document(primary, chain)).start()
-    yield thread, pki.ca_file, chain
-    thread.stop()
+    return gateway_factory(_document(primary, chain)), pki.ca_file, chain
 
 
 def _https(thread: GatewayThread, admin: bool = False) -> str:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,45 +18,34 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import CommandError, call_command
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from fakes.http_server import LoopbackHttpServer, QuietHandler
+from fakes.waiting import wait_until
 from gatewayproxy.config.loader import ConfigError, validate_document
 from gatewayproxy.context import continue_trace
 from gatewayproxy.metrics import GatewayMetrics
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.policy_support import chat, gateway_document
+from tests.support.gateway.policy import chat, gateway_document
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory
 from tests.support.live import ROOT
-from tests.support.waiting import wait_until
+from tests.support.serving import served, serving
 
 pytestmark = pytest.mark.e2e
 
 
-class Collector:
+class Collector(LoopbackHttpServer):
     """An OTLP/HTTP traces receiver on loopback that decodes every export it gets."""
 
     def __init__(self) -> None:
+        super().__init__(CollectorHandler)
         self.requests: list[ExportTraceServiceRequest] = []
         self.content_types: list[str] = []
-        collector = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                collector.content_types.append(self.headers["content-type"])
-                collector.requests.append(ExportTraceServiceRequest.FromString(body))
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                """Quiet."""
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    @property
+    def traces_url(self) -> str:
+        return f"{self.url}/v1/traces"
 
     def spans(self) -> list[Any]:
         return [
@@ -69,12 +57,18 @@ class Collector:
         ]
 
 
+class CollectorHandler(QuietHandler):
+    def do_POST(self) -> None:
+        collector: Collector = self.owner
+        body = self.rfile.read(int(self.headers["content-length"]))
+        collector.content_types.append(self.headers["content-type"])
+        collector.requests.append(ExportTraceServiceRequest.FromString(body))
+        self.reply(200, b"", {"content-type": "application/x-protobuf"})
+
+
 @pytest.fixture
 def collector() -> Iterator[Collector]:
-    running = Collector()
-    yield running
-    running.server.shutdown()
-    running.server.server_close()
+    yield from served(Collector().start())
 
 
 def attributes(span: Any) -> dict[str, Any]:
@@ -89,22 +83,22 @@ def attributes(span: Any) -> dict[str, Any]:
     return values
 
 
-def test_otlp_exports_a_span_per_request(collector: Collector, primary: FakeProvider) -> None:
+def test_otlp_exports_a_span_per_request(
+    gateway_factory: GatewayFactory, collector: Collector, primary: FakeProvider
+) -> None:
     exporter = {
         "name": "otel",
         "kind": "otlp",
-        "endpoint": collector.url,
+        "endpoint": collector.traces_url,
         "batch_delay_ms": 50,
         "service_name": "gw-test",
     }
-    gateway = GatewayThread(gateway_document(primary, plugins={"trace_exporters": [exporter]})).start()
-    try:
-        assert chat(gateway, "m", "client-secret-key").status_code == 200
-        # exported by the batch worker while the gateway serves
-        wait_until(lambda: len(collector.spans()) == 1, what="the first span exported")
-        assert chat(gateway, "m").status_code == 200
-    finally:
-        gateway.stop()
+    gateway = gateway_factory(gateway_document(primary, plugins={"trace_exporters": [exporter]}))
+    assert chat(gateway, "m", "client-secret-key").status_code == 200
+    # exported by the batch worker while the gateway serves
+    wait_until(lambda: len(collector.spans()) == 1, what="the first span exported")
+    assert chat(gateway, "m").status_code == 200
+    gateway.stop()
     assert collector.content_types[0] == "application/x-protobuf"
     spans = collector.spans()
     assert len(spans) == 2
@@ -130,17 +124,17 @@ def sent_traceparent(provider: FakeProvider, request_id: str) -> list[str]:
     return received.headers["traceparent"].split("-")
 
 
-def test_the_gateway_span_continues_the_callers_trace(collector: Collector, primary: FakeProvider) -> None:
+def test_the_gateway_span_continues_the_callers_trace(
+    gateway_factory: GatewayFactory, collector: Collector, primary: FakeProvider
+) -> None:
     primary.reset()
-    exporter = {"name": "otel", "kind": "otlp", "endpoint": collector.url, "batch_delay_ms": 50}
-    gateway = GatewayThread(gateway_document(primary, plugins={"trace_exporters": [exporter]})).start()
-    try:
-        traced = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
-        untraced = chat(gateway, "m")
-        malformed = chat(gateway, "m", traceparent=f"00-{'0' * 32}-{CALLER_SPAN}-01")
-        unsampled = chat(gateway, "m", traceparent=f"00-{UNSAMPLED_TRACE}-{CALLER_SPAN}-00")
-    finally:
-        gateway.stop()  # flushes the batched spans
+    exporter = {"name": "otel", "kind": "otlp", "endpoint": collector.traces_url, "batch_delay_ms": 50}
+    gateway = gateway_factory(gateway_document(primary, plugins={"trace_exporters": [exporter]}))
+    traced = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
+    untraced = chat(gateway, "m")
+    malformed = chat(gateway, "m", traceparent=f"00-{'0' * 32}-{CALLER_SPAN}-01")
+    unsampled = chat(gateway, "m", traceparent=f"00-{UNSAMPLED_TRACE}-{CALLER_SPAN}-00")
+    gateway.stop()  # flushes the batched spans
     assert all(response.status_code == 200 for response in (traced, untraced, malformed, unsampled))
     spans: dict[str, Any] = {attributes(span)["gateway.request_id"]: span for span in collector.spans()}
 
@@ -161,14 +155,13 @@ def test_the_gateway_span_continues_the_callers_trace(collector: Collector, prim
     assert (trace_id, flags) == (UNSAMPLED_TRACE, "00") and parent != CALLER_SPAN
 
 
-def test_without_tracing_the_provider_still_gets_the_callers_trace(primary: FakeProvider) -> None:
+def test_without_tracing_the_provider_still_gets_the_callers_trace(
+    gateway_factory: GatewayFactory, primary: FakeProvider
+) -> None:
     primary.reset()
-    gateway = GatewayThread(gateway_document(primary)).start()
-    try:
-        traced = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
-        again = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
-    finally:
-        gateway.stop()
+    gateway = gateway_factory(gateway_document(primary))
+    traced = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
+    again = chat(gateway, "m", traceparent=f"00-{TRACE_ID}-{CALLER_SPAN}-01")
     first = sent_traceparent(primary, traced.headers["x-request-id"])
     second = sent_traceparent(primary, again.headers["x-request-id"])
     assert first[:2] == second[:2] == ["00", TRACE_ID] and first[3] == second[3] == "01"
@@ -210,34 +203,46 @@ def tape_document(provider: FakeProvider, tape: Path, private: Path) -> dict[str
     return gateway_document(provider, plugins=plugins)
 
 
-def serve_requests(document: dict[str, Any], count: int) -> None:
-    gateway = GatewayThread(document).start()
-    try:
-        for _ in range(count):
-            assert chat(gateway, "m", "client-secret-key").status_code == 200
-    finally:
-        gateway.stop()
+@dataclass
+class Tape:
+    """A signed tape, the public key that verifies it, and `serve(count)`: `count` requests through a gateway of
+    its own writing to it, stopped at the end (which flushes the tape)."""
+
+    path: Path
+    public: Path
+    serve: Callable[[int], None]
+
+
+@pytest.fixture
+def tape(gateway_factory: GatewayFactory, tmp_path: Path, primary: FakeProvider) -> Tape:
+    private, public = write_signer(tmp_path)
+    path = tmp_path / "tape.jsonl"
+
+    def serve(count: int) -> None:
+        with serving(gateway_factory(tape_document(primary, path, private))) as gateway:
+            for _ in range(count):
+                assert chat(gateway, "m", "client-secret-key").status_code == 200
+
+    return Tape(path, public, serve)
 
 
 def verify(tape: Path, public: Path | str) -> None:
     call_command("verifytape", str(tape), "--public-key", str(public))
 
 
-def test_the_signed_tape_chains_signs_and_catches_tampering(tmp_path: Path, primary: FakeProvider) -> None:
-    private, public = write_signer(tmp_path)
-    tape = tmp_path / "tape.jsonl"
-    serve_requests(tape_document(primary, tape, private), 3)
-    serve_requests(tape_document(primary, tape, private), 1)  # a restart continues the chain
-    lines = tape.read_text().splitlines()
-    assert len(lines) == 4 and b"client-secret-key" not in tape.read_bytes()
-    verify(tape, public)
-    verify(tape, public.read_text())  # the PEM text itself works too
+def test_the_signed_tape_chains_signs_and_catches_tampering(tape: Tape, tmp_path: Path) -> None:
+    tape.serve(3)
+    tape.serve(1)  # a restart continues the chain
+    lines = tape.path.read_text().splitlines()
+    assert len(lines) == 4 and b"client-secret-key" not in tape.path.read_bytes()
+    verify(tape.path, tape.public)
+    verify(tape.path, tape.public.read_text())  # the PEM text itself works too
 
     def broken(mutated: list[str]) -> str:
         copy = tmp_path / "broken.jsonl"
         copy.write_text("\n".join(mutated) + "\n")
         with pytest.raises(CommandError) as raised:
-            verify(copy, public)
+            verify(copy, tape.public)
         return str(raised.value)
 
     assert broken([lines[0], lines[1].replace('"status": 200', '"status": 500'), *lines[2:]]).startswith("line 2:")
@@ -246,17 +251,15 @@ def test_the_signed_tape_chains_signs_and_catches_tampering(tmp_path: Path, prim
     (tmp_path / "other").mkdir()
     _, other_public = write_signer(tmp_path / "other")
     with pytest.raises(CommandError, match="line 1: the signature does not verify"):
-        verify(tape, other_public)
+        verify(tape.path, other_public)
 
 
-def test_verifytape_exits_non_zero_naming_the_line(tmp_path: Path, primary: FakeProvider) -> None:
-    private, public = write_signer(tmp_path)
-    tape = tmp_path / "tape.jsonl"
-    serve_requests(tape_document(primary, tape, private), 2)
-    lines = tape.read_text().splitlines()
-    tape.write_text(lines[0] + "\n" + lines[1].replace('"model": "m"', '"model": "x"') + "\n")
+def test_verifytape_exits_non_zero_naming_the_line(tape: Tape) -> None:
+    tape.serve(2)
+    lines = tape.path.read_text().splitlines()
+    tape.path.write_text(lines[0] + "\n" + lines[1].replace('"model": "m"', '"model": "x"') + "\n")
     finished = subprocess.run(
-        [sys.executable, "manage.py", "verifytape", str(tape), "--public-key", str(public)],
+        [sys.executable, "manage.py", "verifytape", str(tape.path), "--public-key", str(tape.public)],
         cwd=ROOT,
         capture_output=True,
         text=True,

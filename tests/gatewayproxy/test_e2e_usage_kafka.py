@@ -7,21 +7,21 @@ import asyncio
 import io
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import fastavro
 import httpx
 import pytest
 
+from fakes.waiting import wait_until
 from gatewayproxy.pipeline.usage import AVRO_SCHEMA
 from gatewayproxy.plugins.sinks.kafka import AvroEncoding, JsonEncoding
 from gatewayproxy.plugins.sinks.kafka_options import SchemaRegistry
 from gatewayproxy.server.upstream import UpstreamPool
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, RecordingProcessor, metric, static_vault, two_shapes
+from tests.support.gateway.sinks import CHAT_USAGE, HI, RecordingProcessor, metric
+from tests.support.gateway.thread import GatewayThread
 from tests.support.live import free_port
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 RECORD = {
@@ -34,13 +34,7 @@ RECORD = {
     "destination": "d",
     "provider": "vendor_a",
     "model": None,
-    "input_tokens": 11,
-    "output_tokens": 7,
-    "cache_read_tokens": 0,
-    "cache_write_tokens": 0,
-    "reasoning_tokens": 0,
-    "cost_usd": None,
-    "status": 200,
+    **CHAT_USAGE,
     "latency_ms": 1.5,
     "streamed": False,
     "tags": {},
@@ -71,7 +65,7 @@ def test_avro_encoding_registers_the_schema_and_uses_the_wire_format() -> None:
     assert decoded == {**RECORD, "cache_hit": False, "partial": False}  # the schema's defaults, absent from it
 
 
-def test_unreachable_broker_spools(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> None:
+def test_unreachable_broker_spools(two_shape_gateway: Callable[..., GatewayThread], tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     sink = {
         "name": "stream",
@@ -82,22 +76,15 @@ def test_unreachable_broker_spools(tmp_path: Path, primary: FakeProvider, second
         "write_timeout_ms": 1000,
         "spool": {"directory": str(spool), "retry_interval_ms": 60000},
     }
-    document = two_shapes(
-        static_vault(tmp_path, {"a": "k", "b": "k"}), primary, secondary, plugins={"usage_sinks": [sink]}
+    gateway = two_shape_gateway(plugins={"usage_sinks": [sink]})
+    sent = [
+        httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI}).headers["x-request-id"]
+        for _ in range(3)
+    ]
+    wait_until(
+        lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="stream", outcome="spooled") == 3,
+        what="the records spooled",
     )
-    gateway = GatewayThread(document).start()
-    try:
-        sent = [
-            httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "a-1", "messages": HI}).headers[
-                "x-request-id"
-            ]
-            for _ in range(3)
-        ]
-        wait_until(
-            lambda: metric(gateway.metrics_text, "gateway_sink_records_total", sink="stream", outcome="spooled") == 3,
-            what="the records spooled",
-        )
-    finally:
-        gateway.stop()
+    gateway.stop()
     spooled = [json.loads(line) for path in spool.glob("*.jsonl") for line in path.read_text().splitlines()]
     assert sorted(record["request_id"] for record in spooled) == sorted(sent)

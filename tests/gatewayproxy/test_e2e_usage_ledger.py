@@ -4,46 +4,31 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from fakes.waiting import wait_until
 from gatewayproxy.plugins.sinks.ledger import PostgresOptions
 from gatewayproxy.plugins.sinks.postgres import PostgresSink
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import (
-    HI,
-    POSTGRES_DSN,
-    keyed_identity,
-    ledger_rows,
-    scratch_table,
-    static_vault,
-    two_shapes,
-)
-from tests.support.waiting import wait_until
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.sinks import HI, POSTGRES_DSN, ledger_rows, scratch_table
+from tests.support.gateway.thread import GatewayThread
 
 pytestmark = pytest.mark.e2e
-KEYS = {"key-alice": ("alice", "red"), "key-bob": ("bob", "blue")}
+KEYS = {"key-alice": ("alice", {"team": "red"}), "key-bob": ("bob", {"team": "blue"})}
 
 
 @pytest.fixture
-def ledger(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> Iterator[tuple[GatewayThread, str]]:
+def ledger(two_shape_gateway: Callable[..., GatewayThread], tmp_path: Path) -> Iterator[tuple[GatewayThread, str]]:
     with scratch_table() as table:
         sink = {"name": "ledger", "kind": "postgres", "dsn": POSTGRES_DSN, "table": table, "flush_interval_ms": 0}
-        document = two_shapes(
-            static_vault(tmp_path, {"a": "key-a", "b": "key-b"}),
-            primary,
-            secondary,
-            identity=keyed_identity(tmp_path, KEYS),
-            plugins={"usage_sinks": [sink]},
-        )
-        running = GatewayThread(document).start()
+        running = two_shape_gateway(identity=api_key_identity(tmp_path, KEYS), plugins={"usage_sinks": [sink]})
         yield running, table
-        running.stop()
+        running.stop()  # before its table is dropped
 
 
 def chat(gateway: GatewayThread, key: str, model: str) -> str:
@@ -133,18 +118,7 @@ def test_bad_parameters_are_invalid_request(ledger: tuple[GatewayThread, str], p
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request"
 
 
-def test_without_a_postgres_sink_the_query_is_unavailable(
-    primary: FakeProvider, secondary: FakeProvider, tmp_path: Path
-) -> None:
-    document = two_shapes(
-        static_vault(tmp_path, {"a": "k", "b": "k"}),
-        primary,
-        secondary,
-        plugins={"usage_sinks": [{"name": "out", "kind": "stdout"}]},
-    )
-    gateway = GatewayThread(document).start()
-    try:
-        response = usage(gateway, group_by="principal")
-    finally:
-        gateway.stop()
+def test_without_a_postgres_sink_the_query_is_unavailable(two_shape_gateway: Callable[..., GatewayThread]) -> None:
+    gateway = two_shape_gateway(plugins={"usage_sinks": [{"name": "out", "kind": "stdout"}]})
+    response = usage(gateway, group_by="principal")
     assert response.status_code == 503 and response.json()["error"]["code"] == "usage_query_unavailable"

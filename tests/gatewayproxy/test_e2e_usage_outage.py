@@ -17,10 +17,10 @@ import httpx
 import pytest
 import yaml
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.sinks_support import HI, ledger_rows, metric, scratch_table
+from fakes.waiting import wait_until
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.sinks import HI, ledger_rows, metric, scratch_table
 from tests.support.live import free_port
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 PROJECT = Path(__file__).resolve().parents[2]

@@ -3,31 +3,23 @@ translated requests, tags from the allowlist, and no record for a request that n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import HI, StdoutRecords, static_vault, two_shapes
+from tests.support.gateway.sinks import CHAT_USAGE, HI, StdoutRecords
+from tests.support.gateway.thread import GatewayThread
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, primary: FakeProvider, secondary: FakeProvider) -> Iterator[GatewayThread]:
-    document = two_shapes(
-        static_vault(tmp_path, {"a": "key-a", "b": "key-b"}),
-        primary,
-        secondary,
+def gateway(two_shape_gateway: Callable[..., GatewayThread]) -> GatewayThread:
+    return two_shape_gateway(
         plugins={"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
         spend={"request_tag_allowlist": ["team", "Project"]},
     )
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
 
 
 def test_plain_request_record(gateway: GatewayThread, capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,44 +30,19 @@ def test_plain_request_record(gateway: GatewayThread, capsys: pytest.CaptureFixt
     )
     assert response.status_code == 200
     record = StdoutRecords(capsys).of(response.headers["x-request-id"])
-    assert {
-        key: record[key]
-        for key in (
-            "kind",
-            "principal",
-            "route",
-            "destination",
-            "provider",
-            "model",
-            "input_tokens",
-            "output_tokens",
-            "cache_read_tokens",
-            "cache_write_tokens",
-            "reasoning_tokens",
-            "cost_usd",
-            "status",
-            "streamed",
-            "tags",
-            "scope",
-        )
-    } == {
+    expected = {
         "kind": "chat",
         "principal": "anonymous",
         "route": "to_a",
         "destination": "shape_a",
         "provider": "vendor_a",
         "model": "a-large",
-        "input_tokens": 11,
-        "output_tokens": 7,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
-        "reasoning_tokens": 0,
-        "cost_usd": None,
-        "status": 200,
+        **CHAT_USAGE,
         "streamed": False,
         "tags": {"team": "red"},
         "scope": {},
     }
+    assert {key: record[key] for key in expected} == expected
     assert record["latency_ms"] > 0 and record["ts"].endswith("+00:00")
 
 

@@ -10,15 +10,17 @@ from typing import Any
 import httpx
 import pytest
 
+from fakes.waiting import wait_until
 from gatewayproxy.plugins.sinks.registry import RegistryOptions, RegistrySink
 from gatewayproxy.server.upstream import UpstreamPool
 from registry.internal.models import UsageRecord
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.gatewayproxy.sinks_support import HI, static_vault, two_shapes
+from tests.support.gateway.documents import with_mcp_route
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.sinks import HI, sink_document
+from tests.support.gateway.thread import GatewayFactory
 from tests.support.live import live_registry
-from tests.support.waiting import wait_until
+from tests.support.mcp_servers import RecordingMcpServer
+from tests.support.serving import serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 INITIALIZE = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
@@ -37,64 +39,50 @@ async def replay(options: RegistryOptions, records: list[dict[str, Any]]) -> Non
 
 
 def test_registry_sink_posts_model_usage_and_skips_mcp(
-    tmp_path: Path, primary: FakeProvider, secondary: FakeProvider, capsys: pytest.CaptureFixture[str]
+    gateway_factory: GatewayFactory,
+    tmp_path: Path,
+    primary: FakeProvider,
+    secondary: FakeProvider,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     token = tmp_path / "service-token"
     token.write_text("internal-service-token\n")
-    mcp = RecordingMcpServer().start()
-    try:
-        with live_registry(REGISTRY_INTERNAL_TOKEN_FILE=str(token)) as registry_url:
-            sink = {
-                "name": "registry",
-                "kind": "registry",
-                "base_url": registry_url,
-                "bearer_token_file": str(token),
-                "flush_interval_ms": 0,
-            }
-            document = two_shapes(
-                static_vault(tmp_path, {"a": "k", "b": "k", "notes": "mcp-token"}),
-                primary,
-                secondary,
-                plugins={"usage_sinks": [sink, {"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
-            )
-            document["destinations"]["notes"] = {
-                "kind": "mcp",
-                "url": mcp.url,
-                "credentials": {"vault": "keys", "credential_id": "notes"},
-            }
-            document["routes"].insert(
-                0,
-                {
-                    "name": "mcp",
-                    "match": {"path": "/v1/mcp"},
-                    "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
-                },
-            )
-            gateway = GatewayThread(document).start()
-            try:
-                message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
-                tool_call = httpx.post(
-                    f"{gateway.url}/v1/mcp", json=message, headers={"accept": "application/json, text/event-stream"}
-                )
-                assert tool_call.status_code == 200
-                model_ids = [
-                    httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": model, "messages": HI}).headers[
-                        "x-request-id"
-                    ]
-                    for model in ("a-1", "b-1")
-                ]
-                rows = wait_until(lambda: len(found := stored(model_ids)) == 2 and found, what="the registry rows")
-            finally:
-                gateway.stop()
-            assert {row.request_id: (row.model, row.input_tokens) for row in rows} == {
-                model_ids[0]: ("a-1", 11),
-                model_ids[1]: ("b-1", 13),
-            }
-            assert stored([tool_call.headers["x-request-id"]]) == []
-            assert f'"request_id":"{tool_call.headers["x-request-id"]}","ts"' in capsys.readouterr().out
-            options = RegistryOptions(base_url=registry_url, bearer_token_file=str(token))
-            asyncio.run(replay(options, [row.record for row in rows]))
-            assert len(stored(model_ids)) == 2
-            assert UsageRecord.objects.count() == 2
-    finally:
-        mcp.stop()
+    with (
+        serving(RecordingMcpServer().start()) as mcp,
+        live_registry(REGISTRY_INTERNAL_TOKEN_FILE=str(token)) as registry_url,
+    ):
+        sink = {
+            "name": "registry",
+            "kind": "registry",
+            "base_url": registry_url,
+            "bearer_token_file": str(token),
+            "flush_interval_ms": 0,
+        }
+        usage_sinks = [sink, {"name": "out", "kind": "stdout", "flush_interval_ms": 0}]
+        document = sink_document(
+            tmp_path, primary, secondary, secrets={"notes": "mcp-token"}, plugins={"usage_sinks": usage_sinks}
+        )
+        gateway = gateway_factory(with_mcp_route(document, mcp.url, "keys", "notes"))
+        message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
+        tool_call = httpx.post(
+            f"{gateway.url}/v1/mcp", json=message, headers={"accept": "application/json, text/event-stream"}
+        )
+        assert tool_call.status_code == 200
+        model_ids = [
+            httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": model, "messages": HI}).headers[
+                "x-request-id"
+            ]
+            for model in ("a-1", "b-1")
+        ]
+        rows = wait_until(lambda: len(found := stored(model_ids)) == 2 and found, what="the registry rows")
+        gateway.stop()
+        assert {row.request_id: (row.model, row.input_tokens) for row in rows} == {
+            model_ids[0]: ("a-1", 11),
+            model_ids[1]: ("b-1", 13),
+        }
+        assert stored([tool_call.headers["x-request-id"]]) == []
+        assert f'"request_id":"{tool_call.headers["x-request-id"]}","ts"' in capsys.readouterr().out
+        options = RegistryOptions(base_url=registry_url, bearer_token_file=str(token))
+        asyncio.run(replay(options, [row.record for row in rows]))
+        assert len(stored(model_ids)) == 2
+        assert UsageRecord.objects.count() == 2

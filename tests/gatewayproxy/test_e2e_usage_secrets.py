@@ -7,28 +7,23 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.sinks_support import (
-    HI,
-    POSTGRES_DSN,
-    keyed_identity,
-    ledger_rows,
-    scratch_table,
-    static_vault,
-    two_shapes,
-)
-from tests.support.waiting import wait_until
+from fakes.waiting import wait_until
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.sinks import HI, POSTGRES_DSN, ledger_rows, scratch_table
+from tests.support.gateway.thread import GatewayThread
 
 pytestmark = pytest.mark.e2e
 
 
 def test_no_secret_reaches_a_record(
+    two_shape_gateway: Callable[..., GatewayThread],
     tmp_path: Path,
     primary: FakeProvider,
     secondary: FakeProvider,
@@ -52,42 +47,37 @@ def test_no_secret_reaches_a_record(
             ],
             "audit_sinks": [{"name": "trail", "kind": "file", "path": str(trail), "flush_interval_ms": 0}],
         }
-        document = two_shapes(
-            static_vault(tmp_path, {"a": provider_key, "b": provider_key}),
-            primary,
-            secondary,
-            identity=keyed_identity(tmp_path, {client_key: ("carol", "red")}),
+        gateway = two_shape_gateway(
+            secrets={"a": provider_key, "b": provider_key},
+            identity=api_key_identity(tmp_path, {client_key: ("carol", {"team": "red"})}),
             plugins=sinks,
             spend={"request_tag_allowlist": ["team"]},
         )
-        gateway = GatewayThread(document).start()
-        try:
-            bearer = {"authorization": f"Bearer {client_key}", "x-gateway-tag-team": "red"}
-            url = f"{gateway.url}/v1/chat/completions"
-            served = httpx.post(url, json={"model": "a-1", "messages": HI}, headers=bearer)
-            assert served.status_code == 200
-            with httpx.stream(
-                "POST", url, json={"model": "b-1", "messages": HI, "stream": True}, headers=bearer
-            ) as streamed:
-                streamed.read()
-            refused = httpx.post(
-                url, json={"model": "a-1", "messages": HI}, headers={"authorization": f"Bearer {provider_key}"}
-            )
-            assert refused.status_code == 401
-            admin = [
-                httpx.get(f"{gateway.admin_url}{path}").text
-                for path in ("/admin/v1/config", "/admin/v1/destinations", "/metrics")
-            ]
-            answered = [f"{response.headers}\n{response.text}" for response in (served, streamed, refused)]
-            responses = "\n".join([*answered, *admin])
-            wait_until(lambda: len(ledger_rows(table)) == 2, what="the ledger rows")
-            wait_until(
-                lambda: len(trail.read_text().splitlines()) == 3 if trail.exists() else False, what="the audit records"
-            )
-            wait_until(lambda: len(list(spool.glob("*.jsonl"))) == 1, what="the spool file")
-            metrics = gateway.metrics_text
-        finally:
-            gateway.stop()
+        bearer = {"authorization": f"Bearer {client_key}", "x-gateway-tag-team": "red"}
+        url = f"{gateway.url}/v1/chat/completions"
+        served = httpx.post(url, json={"model": "a-1", "messages": HI}, headers=bearer)
+        assert served.status_code == 200
+        with httpx.stream(
+            "POST", url, json={"model": "b-1", "messages": HI, "stream": True}, headers=bearer
+        ) as streamed:
+            streamed.read()
+        refused = httpx.post(
+            url, json={"model": "a-1", "messages": HI}, headers={"authorization": f"Bearer {provider_key}"}
+        )
+        assert refused.status_code == 401
+        admin = [
+            httpx.get(f"{gateway.admin_url}{path}").text
+            for path in ("/admin/v1/config", "/admin/v1/destinations", "/metrics")
+        ]
+        answered = [f"{response.headers}\n{response.text}" for response in (served, streamed, refused)]
+        responses = "\n".join([*answered, *admin])
+        wait_until(lambda: len(ledger_rows(table)) == 2, what="the ledger rows")
+        wait_until(
+            lambda: len(trail.read_text().splitlines()) == 3 if trail.exists() else False, what="the audit records"
+        )
+        wait_until(lambda: len(list(spool.glob("*.jsonl"))) == 1, what="the spool file")
+        metrics = gateway.metrics_text
+        gateway.stop()
         outputs = {
             "stdout": capsys.readouterr().out,
             "ledger": json.dumps(ledger_rows(table), default=str),

@@ -6,15 +6,17 @@ profile file, a web-identity token exchanged at a fake STS endpoint)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
 
-from tests.gatewayproxy.cloud_fakes import TOOL_INPUT, FakeAws
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.cloud import TOOL_INPUT, FakeAws
+from tests.support.gateway.documents import credentials, file_vault, one_destination
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.serving import served
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -47,9 +49,7 @@ AWS_VARIABLES = (
 
 @pytest.fixture
 def aws() -> Iterator[FakeAws]:
-    fake = FakeAws({VAULT_KEY: VAULT_SECRET, ENV_KEY: ENV_SECRET, PROFILE_KEY: PROFILE_SECRET}).start()
-    yield fake
-    fake.stop()
+    yield from served(FakeAws({VAULT_KEY: VAULT_SECRET, ENV_KEY: ENV_SECRET, PROFILE_KEY: PROFILE_SECRET}).start())
 
 
 @pytest.fixture
@@ -64,48 +64,38 @@ def clean_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> py
     return monkeypatch
 
 
-def _document(aws: FakeAws, **destination: Any) -> dict[str, Any]:
-    return {
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.json"}],
-        "destinations": {
-            "bedrock": {
-                "kind": "vendor_d",
-                "region": "eu-west-1",
-                "base_url": aws.url,
-                "model_map": {
-                    "nova": "amazon.nova-pro-v1:0",
-                    "claude": "us.anthropic.claude-sonnet-4-20250514-v1:0",
-                    "titan": "amazon.titan-embed-text-v2:0",
-                    "cohere": "cohere.embed-english-v3",
-                },
-                **destination,
-            }
-        },
-        "routes": [
-            {
-                "name": "all",
-                "match": {"model": "*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "bedrock"}]},
-            }
-        ],
-    }
-
-
-def _gateway(tmp_path: Path, document: dict[str, Any]) -> GatewayThread:
-    (tmp_path / "vault.json").write_text(
-        json.dumps({"aws": {"scheme": "aws_sigv4", "access_key_id": VAULT_KEY, "secret_access_key": VAULT_SECRET}})
-    )
-    return GatewayThread(document, base_dir=str(tmp_path)).start()
+MODEL_MAP = {
+    "nova": "amazon.nova-pro-v1:0",
+    "claude": "us.anthropic.claude-sonnet-4-20250514-v1:0",
+    "titan": "amazon.titan-embed-text-v2:0",
+    "cohere": "cohere.embed-english-v3",
+}
+VAULTED = {"credentials": credentials("files", "aws")}
 
 
 @pytest.fixture
-def vaulted(aws: FakeAws, tmp_path: Path) -> Iterator[GatewayThread]:
-    running = _gateway(tmp_path, _document(aws, credentials={"vault": "files", "credential_id": "aws"}))
-    yield running
-    running.stop()
+def bedrock(gateway_factory: GatewayFactory, tmp_path: Path, aws: FakeAws) -> Callable[..., GatewayThread]:
+    """Starts a gateway (for the test) whose one route goes to vendor D at `aws` (more destination fields as
+    keyword arguments); the `files` vault holds the access key with `secret`."""
+
+    def start(secret: str = VAULT_SECRET, **fields: Any) -> GatewayThread:
+        vault = {"aws": {"scheme": "aws_sigv4", "access_key_id": VAULT_KEY, "secret_access_key": secret}}
+        (tmp_path / "vault.json").write_text(json.dumps(vault))
+        upstream = {"kind": "vendor_d", "region": "eu-west-1", "base_url": aws.url, "model_map": MODEL_MAP, **fields}
+        document = one_destination(upstream, name="bedrock", vault=file_vault("vault.json"), match="*")
+        return gateway_factory(document, base_dir=tmp_path)
+
+    return start
 
 
-def test_converse_json_through_both_clients(vaulted: GatewayThread, aws: FakeAws) -> None:
+@pytest.fixture
+def vaulted(bedrock: Callable[..., GatewayThread]) -> GatewayThread:
+    return bedrock(**VAULTED)
+
+
+def test_converse_json_through_both_clients(
+    bedrock: Callable[..., GatewayThread], vaulted: GatewayThread, aws: FakeAws
+) -> None:
     message = vaulted.anthropic.messages.create(
         model="nova", max_tokens=50, system="Be brief.", messages=HI, stop_sequences=["END"]
     )
@@ -205,22 +195,18 @@ def test_converse_stream_with_event_stream_framing(vaulted: GatewayThread, aws: 
     assert len(aws.signed) == 3
 
 
-def test_vendor_b_family_keeps_invoke_and_api_overrides(aws: FakeAws, tmp_path: Path) -> None:
-    running = _gateway(tmp_path, _document(aws, credentials={"vault": "files", "credential_id": "aws"}))
-    try:
-        message = running.anthropic.messages.create(model="claude", max_tokens=10, messages=HI)
-        assert message.content[0].type == "text" and message.content[0].text == "Hello from invoke"
-        assert aws.seen[-1].path == "/model/us.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke"
-        assert aws.seen[-1].body["anthropic_version"] == "bedrock-2023-05-31"
-    finally:
-        running.stop()
-    forced = _gateway(tmp_path, _document(aws, api="converse", credentials={"vault": "files", "credential_id": "aws"}))
-    try:
-        message = forced.anthropic.messages.create(model="claude", max_tokens=10, messages=HI)
-        assert message.content[0].type == "text" and message.content[0].text == "Hello from converse"
-        assert aws.seen[-1].path.endswith("/converse")
-    finally:
-        forced.stop()
+def test_vendor_b_family_keeps_invoke_and_api_overrides(
+    bedrock: Callable[..., GatewayThread], aws: FakeAws, tmp_path: Path
+) -> None:
+    running = bedrock(**VAULTED)
+    message = running.anthropic.messages.create(model="claude", max_tokens=10, messages=HI)
+    assert message.content[0].type == "text" and message.content[0].text == "Hello from invoke"
+    assert aws.seen[-1].path == "/model/us.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke"
+    assert aws.seen[-1].body["anthropic_version"] == "bedrock-2023-05-31"
+    forced = bedrock(api="converse", **VAULTED)
+    message = forced.anthropic.messages.create(model="claude", max_tokens=10, messages=HI)
+    assert message.content[0].type == "text" and message.content[0].text == "Hello from converse"
+    assert aws.seen[-1].path.endswith("/converse")
 
 
 def test_converse_client_error_in_the_clients_envelope(vaulted: GatewayThread) -> None:
@@ -243,53 +229,46 @@ def test_embedding_models(vaulted: GatewayThread, aws: FakeAws) -> None:
 
 
 def test_credential_chain_environment_variables(
-    aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
+    bedrock: Callable[..., GatewayThread], aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
 ) -> None:
     clean_aws_environment.setenv("AWS_ACCESS_KEY_ID", ENV_KEY)
     clean_aws_environment.setenv("AWS_SECRET_ACCESS_KEY", ENV_SECRET)
     clean_aws_environment.setenv("AWS_SESSION_TOKEN", "environment-session")
-    running = _gateway(tmp_path, _document(aws))
-    try:
-        message = running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
-        assert message.content[0].type == "text"
-    finally:
-        running.stop()
+    running = bedrock()
+    message = running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
+    assert message.content[0].type == "text"
     assert aws.signed == [
         {"access_key": ENV_KEY, "region": "eu-west-1", "service": "bedrock", "token": "environment-session"}
     ]
 
 
-def test_credential_chain_profile_file(aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch) -> None:
+def test_credential_chain_profile_file(
+    bedrock: Callable[..., GatewayThread], aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "credentials").write_text(
         f"[default]\naws_access_key_id = AKIDWRONG\naws_secret_access_key = wrong\n\n"
         f"[gateway]\naws_access_key_id = {PROFILE_KEY}\naws_secret_access_key = {PROFILE_SECRET}\n"
     )
     clean_aws_environment.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    running = _gateway(tmp_path, _document(aws, profile="gateway"))
-    try:
-        running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
-        with running.anthropic.messages.stream(model="nova", max_tokens=10, messages=HI) as stream:
-            assert "".join(stream.text_stream) == "Hello from converse"
-    finally:
-        running.stop()
+    running = bedrock(profile="gateway")
+    running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
+    with running.anthropic.messages.stream(model="nova", max_tokens=10, messages=HI) as stream:
+        assert "".join(stream.text_stream) == "Hello from converse"
     assert [signed["access_key"] for signed in aws.signed] == [PROFILE_KEY, PROFILE_KEY]
 
 
 def test_credential_chain_web_identity_at_a_fake_sts(
-    aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
+    bedrock: Callable[..., GatewayThread], aws: FakeAws, tmp_path: Path, clean_aws_environment: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "web-token").write_text("web-identity-token")
     clean_aws_environment.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/gateway")
     clean_aws_environment.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(tmp_path / "web-token"))
     clean_aws_environment.setenv("AWS_ROLE_SESSION_NAME", "gateway-test")
     clean_aws_environment.setenv("AWS_ENDPOINT_URL_STS", aws.url)
-    running = _gateway(tmp_path, _document(aws))
-    try:
-        for _ in range(3):
-            completion = running.openai.chat.completions.create(model="nova", messages=HI)
-            assert completion.choices[0].message.content == "Hello from converse"
-    finally:
-        running.stop()
+    running = bedrock()
+    for _ in range(3):
+        completion = running.openai.chat.completions.create(model="nova", messages=HI)
+        assert completion.choices[0].message.content == "Hello from converse"
     (call,) = aws.sts_calls  # assumed once, kept until near expiry
     assert call["RoleArn"] == ["arn:aws:iam::123456789012:role/gateway"] and call["RoleSessionName"] == ["gateway-test"]
     assert (
@@ -298,17 +277,11 @@ def test_credential_chain_web_identity_at_a_fake_sts(
     )
 
 
-def test_a_wrong_signature_is_refused_by_the_fake(aws: FakeAws, tmp_path: Path) -> None:
-    (tmp_path / "vault.json").write_text(
-        json.dumps({"aws": {"scheme": "aws_sigv4", "access_key_id": VAULT_KEY, "secret_access_key": "not-the-secret"}})
-    )
-    running = GatewayThread(
-        _document(aws, credentials={"vault": "files", "credential_id": "aws"}), base_dir=str(tmp_path)
-    ).start()
-    try:
-        with pytest.raises(anthropic.APIStatusError) as raised:
-            running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
-        assert raised.value.status_code == 502
-        assert aws.signed == []
-    finally:
-        running.stop()
+def test_a_wrong_signature_is_refused_by_the_fake(
+    bedrock: Callable[..., GatewayThread], aws: FakeAws, tmp_path: Path
+) -> None:
+    running = bedrock("not-the-secret", **VAULTED)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        running.anthropic.messages.create(model="nova", max_tokens=10, messages=HI)
+    assert raised.value.status_code == 502
+    assert aws.signed == []

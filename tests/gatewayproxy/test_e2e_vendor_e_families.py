@@ -15,8 +15,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.gatewayproxy.cloud_fakes import TOOL_INPUT, FakeGoogle
-from tests.gatewayproxy.harness import GatewayThread
+from tests.support.gateway.cloud import TOOL_INPUT, FakeGoogle
+from tests.support.gateway.documents import credentials, file_vault, one_destination
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.serving import served
 
 pytestmark = pytest.mark.e2e
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -45,9 +47,7 @@ def keys() -> dict[str, tuple[str, bytes]]:
 
 @pytest.fixture
 def google(keys: dict[str, tuple[str, bytes]]) -> Iterator[FakeGoogle]:
-    fake = FakeGoogle({email: public for email, (_, public) in keys.items()}).start()
-    yield fake
-    fake.stop()
+    yield from served(FakeGoogle({email: public for email, (_, public) in keys.items()}).start())
 
 
 def _service_account(email: str, private_key: str, token_uri: str) -> dict[str, str]:
@@ -63,37 +63,24 @@ def _service_account(email: str, private_key: str, token_uri: str) -> dict[str, 
 
 
 def _document(google: FakeGoogle, **destination: Any) -> dict[str, Any]:
-    return {
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.json"}],
-        "destinations": {
-            "vertex": {
-                "kind": "vendor_e",
-                "project": "proj-1",
-                "location": "us-central1",
-                "base_url": f"{google.url}/v1",
-                "model_map": {"sonnet": "claude-sonnet-4@20250514"},
-                **destination,
-            }
-        },
-        "routes": [
-            {
-                "name": "all",
-                "match": {"model": "*"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "vertex"}]},
-            }
-        ],
+    upstream = {
+        "kind": "vendor_e",
+        "project": "proj-1",
+        "location": "us-central1",
+        "base_url": f"{google.url}/v1",
+        "model_map": {"sonnet": "claude-sonnet-4@20250514"},
+        **destination,
     }
+    return one_destination(upstream, name="vertex", vault=file_vault("vault.json"), match="*")
 
 
 @pytest.fixture
-def vaulted(google: FakeGoogle, keys: dict[str, tuple[str, bytes]], tmp_path: Path) -> Iterator[GatewayThread]:
+def vaulted(
+    gateway_factory: GatewayFactory, google: FakeGoogle, keys: dict[str, tuple[str, bytes]], tmp_path: Path
+) -> GatewayThread:
     account = _service_account(VAULT_ACCOUNT, keys[VAULT_ACCOUNT][0], google.token_uri)
     (tmp_path / "vault.json").write_text(json.dumps({"gcp": account}))
-    running = GatewayThread(
-        _document(google, credentials={"vault": "files", "credential_id": "gcp"}), base_dir=str(tmp_path)
-    ).start()
-    yield running
-    running.stop()
+    return gateway_factory(_document(google, credentials=credentials("files", "gcp")), base_dir=tmp_path)
 
 
 def test_own_family_chat_json_with_seed_and_candidates(vaulted: GatewayThread, google: FakeGoogle) -> None:
@@ -234,21 +221,22 @@ def test_own_family_client_error_in_the_clients_envelope(vaulted: GatewayThread)
 
 
 def test_application_default_credentials(
-    google: FakeGoogle, keys: dict[str, tuple[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    gateway_factory: GatewayFactory,
+    google: FakeGoogle,
+    keys: dict[str, tuple[str, bytes]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     adc = tmp_path / "adc.json"
     adc.write_text(json.dumps(_service_account(ADC_ACCOUNT, keys[ADC_ACCOUNT][0], google.token_uri)))
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
     (tmp_path / "vault.json").write_text("{}")
-    running = GatewayThread(_document(google), base_dir=str(tmp_path)).start()
-    try:
-        for _ in range(2):
-            completion = running.openai.chat.completions.create(model="gemini-2.5-flash", messages=HI)
-            assert completion.choices[0].message.content == "Hello from gemini 0"
-        message = running.anthropic.messages.create(model="sonnet", max_tokens=20, messages=HI)
-        assert message.content[0].type == "text" and message.content[0].text == "Hello from the partner"
-    finally:
-        running.stop()
+    running = gateway_factory(_document(google), base_dir=tmp_path)
+    for _ in range(2):
+        completion = running.openai.chat.completions.create(model="gemini-2.5-flash", messages=HI)
+        assert completion.choices[0].message.content == "Hello from gemini 0"
+    message = running.anthropic.messages.create(model="sonnet", max_tokens=20, messages=HI)
+    assert message.content[0].type == "text" and message.content[0].text == "Hello from the partner"
     (grant,) = google.grants
     assert grant["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
     assert {seen.headers["authorization"] for seen in google.seen if seen.path != "/token"} == {"Bearer ya29.fake-1"}

@@ -6,7 +6,6 @@ and scrape here goes on a fresh connection: the chance that N of them all land o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -19,11 +18,13 @@ import httpx
 import pytest
 import yaml
 
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import wait_ready
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.gatewayproxy.sinks_support import metric
+from tests.support.gateway.callers import api_key_identity
+from tests.support.gateway.documents import destination, fallback_route, file_vault, with_mcp_route
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.sinks import metric
+from tests.support.gateway.thread import wait_ready
 from tests.support.live import free_port, rungateway
+from tests.support.mcp_servers import RecordingMcpServer
 
 pytestmark = pytest.mark.e2e
 HI = [{"role": "user", "content": "hi"}]
@@ -36,34 +37,16 @@ def workers(
     tmp_path_factory: pytest.TempPathFactory, primary: FakeProvider, upstream: RecordingMcpServer
 ) -> Iterator[tuple[dict[str, Any], subprocess.Popen[str]]]:
     directory = tmp_path_factory.mktemp("workers")
-    keys = [{"sha256": hashlib.sha256(b"key-alice").hexdigest(), "principal": "alice", "scope": {"team": "red"}}]
-    (directory / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
     (directory / "vault.yaml").write_text(yaml.safe_dump({"notes": "mcp-token", "model": "model-key"}))
     document: dict[str, Any] = {
         "server": {"listen": f"127.0.0.1:{free_port()}", "admin_listen": f"127.0.0.1:{free_port()}"},
-        "identity": {
-            "scope_dims": ["team"],
-            "validators": [{"name": "keys", "kind": "api_key", "keys_file": "keys.yaml"}],
-        },
-        "vaults": [{"name": "files", "resolver": "static_file", "file": "vault.yaml"}],
-        "destinations": {
-            "one": {
-                "kind": "vendor_a",
-                "base_url": f"{primary.url}/v1",
-                "credentials": {"vault": "files", "credential_id": "model"},
-            },
-            "notes": {"kind": "mcp", "url": upstream.url, "credentials": {"vault": "files", "credential_id": "notes"}},
-        },
-        "routes": [
-            {
-                "name": "mcp",
-                "match": {"path": "/v1/mcp"},
-                "strategy": {"mode": "fallback", "targets": [{"destination": "notes"}]},
-            },
-            {"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "one"}]}},
-        ],
+        "identity": api_key_identity(directory, {"key-alice": ("alice", {"team": "red"})}, relative=True),
+        "vaults": [file_vault("vault.yaml")],
+        "destinations": {"one": destination("vendor_a", f"{primary.url}/v1", "files", "model")},
+        "routes": [fallback_route("all", None, "one")],
         "rate_limits": [{"name": "generous", "qpm": 100000}],
     }
+    with_mcp_route(document, upstream.url, "files", "notes")
     config = directory / "gateway.yaml"
     config.write_text(yaml.safe_dump(document))
     process = rungateway(config, "--workers", "2")

@@ -12,8 +12,8 @@ import yaml
 
 from gatewayproxy.app import Gateway
 from gatewayproxy.config.loader import ConfigError, validate_document
-from tests.gatewayproxy.mcp_upstream import RecordingMcpServer
-from tests.gatewayproxy.store_harness import BuiltGatewayThread
+from tests.support.gateway.thread import GatewayFactory
+from tests.support.mcp_servers import RecordingMcpServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gateway" / "legacy_mcp_gateway.yaml"
 INITIALIZE = {
@@ -87,25 +87,23 @@ def test_what_cannot_be_honoured_is_refused(document: dict[str, Any], problem: s
     assert raised.value.problems[0].startswith(problem)
 
 
-def test_the_example_serves_mcp(upstream: RecordingMcpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_example_serves_mcp(
+    gateway_factory: GatewayFactory, upstream: RecordingMcpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("VAULT__MCP_TOKENS__DOCS", "legacy-token")
     document = yaml.safe_load(EXAMPLE.read_text())
     section = document["legacy_mcp_gateway"]
     section.update(listen="127.0.0.1:0", admin_listen="127.0.0.1:0")
     for server in section["servers"]:
         server["url"] = upstream.url
-    gateway = BuiltGatewayThread(Gateway(validate_document(document, base_dir=str(EXAMPLE.parent)))).start()
-    try:
-        upstream.requests.clear()
-        headers = {"accept": ACCEPT, "authorization": "Bearer example-key"}
-        for chosen in ({}, {"x-mcp-server": "tickets"}):
-            answer = httpx.post(f"{gateway.url}/v1/mcp", json=INITIALIZE, headers={**headers, **chosen})
-            assert answer.status_code == 200 and answer.headers["mcp-session-id"]
-            assert "notes" in answer.text  # the upstream's serverInfo.name
-        refused = httpx.post(f"{gateway.url}/v1/mcp", json=INITIALIZE, headers={"accept": ACCEPT})
-        assert refused.status_code == 401
-        served = gateway.metrics_text
-        assert 'route="legacy_mcp",status="200"' in served and 'route="legacy_mcp_tickets",status="200"' in served
-    finally:
-        gateway.stop()
-    assert [request["authorization"] for request in upstream.requests] == ["Bearer legacy-token"] * 2
+    gateway = gateway_factory.around(Gateway(validate_document(document, base_dir=str(EXAMPLE.parent))))
+    upstream.requests.clear()
+    headers = {"accept": ACCEPT, "authorization": "Bearer example-key"}
+    for chosen in ({}, {"x-mcp-server": "tickets"}):
+        answer = httpx.post(f"{gateway.url}/v1/mcp", json=INITIALIZE, headers={**headers, **chosen})
+        assert answer.status_code == 200 and answer.headers["mcp-session-id"]
+        assert "notes" in answer.text  # the upstream's serverInfo.name
+    refused = httpx.post(f"{gateway.url}/v1/mcp", json=INITIALIZE, headers={"accept": ACCEPT})
+    assert refused.status_code == 401
+    served = gateway.metrics_text
+    assert 'route="legacy_mcp",status="200"' in served and 'route="legacy_mcp_tickets",status="200"' in served

@@ -177,8 +177,8 @@ def test_redis_settlements_of_concurrent_requests_share_one_call() -> None:
         after = await store.acquire([tokens("t", 10_000, 0), budget("b", 100_000, 0)])
         return calls, after.remaining[0], after.remaining[1]
 
-    with private_redis() as (url, _):  # its own server, so no other client's script calls are counted
-        calls, tokens_left, budget_left = with_store(body, url=url)
+    with private_redis() as redis:  # its own server, so no other client's script calls are counted
+        calls, tokens_left, budget_left = with_store(body, url=redis.url)
     assert (tokens_left, budget_left) == (10_000 - 50 * 40, 100_000 - 50 * 100)
     assert calls == 1
 

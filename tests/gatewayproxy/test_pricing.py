@@ -4,13 +4,9 @@ id, provider entry over bare entry), each cost model kind, bad options at boot, 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -19,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from fakes.http_server import LoopbackHttpServer, QuietHandler
 from gatewayproxy.adapters.usage import messages_usage
 from gatewayproxy.config.loader import ConfigError, load_config_file, validate_document
 from gatewayproxy.config.models import Pricing
@@ -28,10 +25,10 @@ from gatewayproxy.pipeline.pricing import Pricer, usage_cost
 from gatewayproxy.pipeline.stages import SharedParts
 from gatewayproxy.server.upstream import UpstreamPool
 from gatewayproxy.state import build_state
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import GatewayThread
-from tests.gatewayproxy.limits_support import CHAT, poll
-from tests.gatewayproxy.limits_support import document as limits_document
+from tests.support.gateway.limits import CHAT, poll
+from tests.support.gateway.limits import document as limits_document
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
 from tests.support.live import free_port
 
 EVERY_FIELD = Pricing(
@@ -231,44 +228,39 @@ def test_bad_plugin_options_fail_state_construction_naming_the_key(plugins: dict
     assert any(found.startswith(problem) for found in raised.value.problems), raised.value.problems
 
 
-@contextmanager
-def gateway_with(document: dict[str, Any], base_dir: str | None = None) -> Iterator[GatewayThread]:
-    running = GatewayThread(document, base_dir).start()
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
 def resolve(gateway: GatewayThread, **query: str) -> httpx.Response:
     return httpx.get(f"{gateway.admin_url}/admin/v1/pricing/resolve", params=query)
 
 
-def test_http_refresh_keeps_the_last_good_table(primary: FakeProvider, caplog: pytest.LogCaptureFixture) -> None:
+def test_http_refresh_keeps_the_last_good_table(
+    gateway_factory: GatewayFactory, primary: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
     primary.documents["/prices.json"] = {"m": {"input_per_1m": 1, "output_per_1m": 2}}
     cost_model = {"kind": "http_refresh", "url": f"{primary.url}/prices.json", "refresh_interval_secs": 0.05}
     caplog.set_level(logging.INFO, logger="gatewayproxy.pricing")
-    with gateway_with(config(cost_model)) as gateway:
-        first = resolve(gateway, provider="vendor_a", model="m").json()
-        del primary.documents["/prices.json"]  # the next refreshes answer 404
-        fetches = len(primary.received)
-        assert poll(lambda: len(primary.received) >= fetches + 3 and refresh_failures(gateway) >= 3)
-        kept = resolve(gateway, provider="vendor_a", model="m").json()
-        assert len(outage_lines(caplog)) == 1  # an outage of several failed fetches is one log line
-        primary.documents["/prices.json"] = {"m": {"input_per_1m": 7}}
-        changed = poll(
-            lambda: (
-                (found := resolve(gateway, provider="vendor_a", model="m").json())["pricing"] == {"input_per_1m": 7}
-                and found
-            )
+    gateway = gateway_factory(config(cost_model))
+    first = resolve(gateway, provider="vendor_a", model="m").json()
+    del primary.documents["/prices.json"]  # the next refreshes answer 404
+    fetches = len(primary.received)
+    assert poll(lambda: len(primary.received) >= fetches + 3 and refresh_failures(gateway) >= 3)
+    kept = resolve(gateway, provider="vendor_a", model="m").json()
+    assert len(outage_lines(caplog)) == 1  # an outage of several failed fetches is one log line
+    primary.documents["/prices.json"] = {"m": {"input_per_1m": 7}}
+    changed = poll(
+        lambda: (
+            (found := resolve(gateway, provider="vendor_a", model="m").json())["pricing"] == {"input_per_1m": 7}
+            and found
         )
+    )
     assert first["pricing"] == {"input_per_1m": 1, "output_per_1m": 2} and first["source"] == "http_refresh:prices"
     assert kept["pricing"] == first["pricing"]
     assert changed
     assert any("price refresh recovered" in record.getMessage() for record in caplog.records)
 
 
-def test_registry_prices_are_fetched_with_the_bearer_token(primary: FakeProvider, tmp_path: Path) -> None:
+def test_registry_prices_are_fetched_with_the_bearer_token(
+    gateway_factory: GatewayFactory, primary: FakeProvider, tmp_path: Path
+) -> None:
     (tmp_path / "token").write_text("registry-token\n")
     primary.documents[REGISTRY_PATH] = {
         "data": [
@@ -288,9 +280,9 @@ def test_registry_prices_are_fetched_with_the_bearer_token(primary: FakeProvider
         "next_page": None,
     }
     cost_model = {"kind": "registry", "base_url": primary.url, "bearer_token_file": str(tmp_path / "token")}
-    with gateway_with(config(cost_model)) as gateway:
-        found = resolve(gateway, provider="vendor_a", model="m")
-        other_provider = resolve(gateway, provider="vendor_b", model="m")
+    gateway = gateway_factory(config(cost_model))
+    found = resolve(gateway, provider="vendor_a", model="m")
+    other_provider = resolve(gateway, provider="vendor_b", model="m")
     assert found.json()["pricing"] == {"input_per_1m": 2, "output_per_1m": 4}
     assert found.json()["source"] == "registry:prices"
     assert other_provider.status_code == 404
@@ -298,14 +290,14 @@ def test_registry_prices_are_fetched_with_the_bearer_token(primary: FakeProvider
     assert fetch.headers["authorization"] == "Bearer registry-token"
 
 
-def test_resolve_endpoint_answers(primary: FakeProvider) -> None:
+def test_resolve_endpoint_answers(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
     document = config({"kind": "seed"}, pricing={"input_per_1m": 0.5})
-    with gateway_with(document) as gateway:
-        at_destination = resolve(gateway, provider="vendor_a", model="gpt-4o", destination="a")
-        by_provider = resolve(gateway, provider="vendor_b", model="gpt-4o")
-        unknown = resolve(gateway, provider="vendor_b", model="nothing-like-it")
-        missing = resolve(gateway, provider="vendor_a")
-        wrong_provider = resolve(gateway, provider="vendor_b", model="gpt-4o", destination="a")
+    gateway = gateway_factory(document)
+    at_destination = resolve(gateway, provider="vendor_a", model="gpt-4o", destination="a")
+    by_provider = resolve(gateway, provider="vendor_b", model="gpt-4o")
+    unknown = resolve(gateway, provider="vendor_b", model="nothing-like-it")
+    missing = resolve(gateway, provider="vendor_a")
+    wrong_provider = resolve(gateway, provider="vendor_b", model="gpt-4o", destination="a")
     assert at_destination.status_code == 200
     assert at_destination.json() == {
         "provider": "vendor_a",
@@ -325,11 +317,11 @@ def test_resolve_endpoint_answers(primary: FakeProvider) -> None:
     assert wrong_provider.status_code == 400
 
 
-def test_resolve_without_a_cost_model(primary: FakeProvider) -> None:
-    with gateway_with(config(pricing={"input_per_1m": 0.5})) as gateway:
-        unavailable = resolve(gateway, provider="vendor_a", model="m")
-        own_pricing = resolve(gateway, provider="vendor_a", model="m", destination="a")
-        unpriced = resolve(gateway, provider="vendor_b", model="m", destination="b")
+def test_resolve_without_a_cost_model(gateway_factory: GatewayFactory, primary: FakeProvider) -> None:
+    gateway = gateway_factory(config(pricing={"input_per_1m": 0.5}))
+    unavailable = resolve(gateway, provider="vendor_a", model="m")
+    own_pricing = resolve(gateway, provider="vendor_a", model="m", destination="a")
+    unpriced = resolve(gateway, provider="vendor_b", model="m", destination="b")
     assert unavailable.status_code == 503 and unavailable.json()["error"]["code"] == "pricing_unavailable"
     assert own_pricing.json()["pricing"] == {"input_per_1m": 0.5}
     assert unpriced.status_code == 503
@@ -374,10 +366,11 @@ REAL_MODELS = [
 
 
 def test_seed_resolves_real_model_ids_of_five_provider_kinds_without_an_operator_table(
+    gateway_factory: GatewayFactory,
     primary: FakeProvider,
 ) -> None:
-    with gateway_with(config({"kind": "seed"})) as gateway:
-        answers = [(row, resolve(gateway, provider=row[0], model=row[1])) for row in REAL_MODELS]
+    gateway = gateway_factory(config({"kind": "seed"}))
+    answers = [(row, resolve(gateway, provider=row[0], model=row[1])) for row in REAL_MODELS]
     for (provider, model, input_rate, output_rate, cache_read, cache_write), answer in answers:
         assert answer.status_code == 200, (provider, model, answer.text)
         found = answer.json()
@@ -410,34 +403,25 @@ class PriceService:
     def __init__(self, port: int, table: dict[str, Any]) -> None:
         self.port = port
         self.table = table
-        self._server: ThreadingHTTPServer | None = None
+        self._server: LoopbackHttpServer | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/prices.json"
 
     def start(self) -> None:
-        table = json.dumps(self.table).encode()
+        table = self.table
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(table)))
-                self.end_headers()
-                self.wfile.write(table)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+                self.reply_json(200, table)
 
         ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackHttpServer(Handler, port=self.port).start()
 
     def stop(self) -> None:
         assert self._server is not None
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
 
 def refresh_failures(gateway: GatewayThread) -> float:
@@ -452,7 +436,7 @@ def outage_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_a_price_service_down_at_boot_is_retried_in_the_background(
-    primary: FakeProvider, caplog: pytest.LogCaptureFixture
+    gateway_factory: GatewayFactory, primary: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     service = PriceService(free_port(), {"m": {"input_per_1m": 1, "output_per_1m": 2}})
     cost_model = {"kind": "http_refresh", "url": service.url, "refresh_interval_secs": 300, "retry_secs": 0.05}
@@ -463,19 +447,19 @@ def test_a_price_service_down_at_boot_is_retried_in_the_background(
         plugins={"cost_model": {"name": "prices", **cost_model}},
     )
     caplog.set_level(logging.INFO, logger="gatewayproxy.pricing")
-    with gateway_with(document) as gateway:
-        # The gateway serves with nothing priced: unpriced models are refused as configured.
-        refused = httpx.post(f"{gateway.url}/v1/chat/completions", json=CHAT, timeout=10)
-        assert refused.status_code == 403 and refused.json()["error"]["code"] == "unpriced_model"
-        assert poll(lambda: refresh_failures(gateway) >= 3), "failed fetches are counted"
-        assert len(outage_lines(caplog)) == 1  # one line for the whole outage, not one per failed fetch
-        service.start()
-        try:
-            assert poll(lambda: resolve(gateway, provider="vendor_a", model="m").status_code == 200)
-            priced = httpx.post(f"{gateway.url}/v1/chat/completions", json=CHAT, timeout=10)
-            assert priced.status_code == 200
-            assert float(priced.headers["x-budget-remaining-usd"]) < 1
-            assert any("price refresh recovered" in record.getMessage() for record in caplog.records)
-        finally:
-            service.stop()
+    gateway = gateway_factory(document)
+    # The gateway serves with nothing priced: unpriced models are refused as configured.
+    refused = httpx.post(f"{gateway.url}/v1/chat/completions", json=CHAT, timeout=10)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "unpriced_model"
+    assert poll(lambda: refresh_failures(gateway) >= 3), "failed fetches are counted"
+    assert len(outage_lines(caplog)) == 1  # one line for the whole outage, not one per failed fetch
+    service.start()
+    try:
+        assert poll(lambda: resolve(gateway, provider="vendor_a", model="m").status_code == 200)
+        priced = httpx.post(f"{gateway.url}/v1/chat/completions", json=CHAT, timeout=10)
+        assert priced.status_code == 200
+        assert float(priced.headers["x-budget-remaining-usd"]) < 1
+        assert any("price refresh recovered" in record.getMessage() for record in caplog.records)
+    finally:
+        service.stop()
     assert len(outage_lines(caplog)) == 1

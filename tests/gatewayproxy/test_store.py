@@ -14,15 +14,15 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
+from fakes.waiting import wait_until
 from gatewayproxy.config.loader import ConfigError
 from gatewayproxy.store import selectors, services
 from gatewayproxy.store.document import EntryKey, EntryMissing
 from gatewayproxy.store.source import read_validated
-from tests.gatewayproxy.fake_provider import FakeProvider
-from tests.gatewayproxy.harness import wait_ready
-from tests.gatewayproxy.store_harness import import_document, provider_document
 from tests.support import live
-from tests.support.waiting import wait_until
+from tests.support.gateway.provider import FakeProvider
+from tests.support.gateway.store import import_document, provider_document
+from tests.support.gateway.thread import wait_ready
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -1,64 +1,28 @@
 """Fixtures of the observability tests: the shared fake model, MCP server, live registry and child
-environment (tests/support/runtime_fixtures.py, as the runtime tests use them), and helpers to
-start `runsessions` / `runtriggers` / daphne with their health or metrics ports and read what they expose.
+environment (tests/support/runtime/fixtures.py, as the runtime tests use them), and starters of
+`runsessions` / `runtriggers` / daphne with their health or metrics ports (read through
+tests/support/observability.py).
 """
 
 from __future__ import annotations
 
-import json
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import make_tenant
-from tests.runtime.helpers import MODEL, Conversation
+from fakes.waiting import wait_until
 from tests.support.live import free_port
+from tests.support.observability import Watched, started_line
 from tests.support.processes import LiveRegistry, Process, healthy
-from tests.support.runtime_fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
-from tests.support.waiting import wait_until
+from tests.support.runtime.fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
+from tests.support.runtime.sessions import MODEL, Conversation
+from tests.support.tenants import make_tenant
 
 __all__ = ["child_env", "fake_model", "model", "registry", "sdk", "shop", "shop_server"]
-
-
-class Watched:
-    """A process started with `REGISTRY_HEALTH_PORT=0` and `LOG_FORMAT=json`, and its health server."""
-
-    def __init__(self, process: Process, started: dict[str, Any]) -> None:
-        self.process = process
-        self.started = started
-        self.url = f"http://127.0.0.1:{started['message'].rsplit('health port ', 1)[1].rstrip(')')}"
-
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", timeout=5)
-
-    def metric(self, name: str, **labels: str) -> float | None:
-        return sample(self.get("/metrics").text, name, **labels)
-
-    def log_lines(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.process.log.read_text().splitlines() if line.strip()]
-
-
-def sample(exposition: str, name: str, **labels: str) -> float | None:
-    """The value of the sample `name` with these labels in a Prometheus text exposition, or None."""
-    for family in text_string_to_metric_families(exposition):
-        for item in family.samples:
-            if item.name == name and all(item.labels.get(key) == value for key, value in labels.items()):
-                return float(item.value)
-    return None
-
-
-def started_line(log: Path) -> dict[str, Any] | None:
-    for line in log.read_text().splitlines():
-        if line.startswith("{") and " started (" in (record := json.loads(line))["message"]:
-            return dict(record)
-    return None
 
 
 @pytest.fixture
@@ -94,13 +58,6 @@ def start_daphne(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable
     yield start
     for process in started:
         process.stop()
-
-
-def outside_address() -> str:
-    """This host's address on its outgoing interface, which is not loopback (a UDP connect sends nothing)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect(("198.51.100.1", 9))
-        return str(probe.getsockname()[0])
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.observability.conftest import outside_address, sample
+from tests.support.observability import outside_address, sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

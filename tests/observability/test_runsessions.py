@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from tests.observability.conftest import sample
-from tests.runtime import fake_model as replies
-from tests.runtime.helpers import WEATHER_TOOL, of_type, shop_agent, stop_reasons, text_of
-from tests.support.waiting import wait_until
+from fakes import model as replies
+from fakes.waiting import wait_until
+from tests.support.observability import sample
+from tests.support.runtime.sessions import WEATHER_TOOL, of_type, shop_agent, stop_reasons, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

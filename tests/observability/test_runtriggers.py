@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from fakes.waiting import wait_until
 from registry.triggers.models import Trigger, TriggerFire
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

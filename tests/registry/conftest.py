@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.registry.oidc_provider import RunningProvider
-
-REGISTRY_CLIENT_ID = "agent-registry"
+from tests.support.oidc_provider import REGISTRY_CLIENT_ID, RunningProvider
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from registry.agents.models import Agent, AgentVersion
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 CUSTOM_TOOL = {
     "type": "custom",

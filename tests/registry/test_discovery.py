@@ -8,7 +8,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 from tests.support.live import free_port, live_registry
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from registry.environments.models import Environment
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 
 def create(api, body):

@@ -8,7 +8,7 @@ from django.urls import include, path
 
 from registry.workspaces import services
 from settings import urls as project_urls
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 
 def crash(request):

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from registry.internal.models import UsageRecord
 from registry.workspaces import services as workspace_services
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 DOMAIN = "ext.example.com"
 POLICY = f"/apis/policy.{DOMAIN}/v1"

@@ -12,10 +12,10 @@ import pytest
 from django.utils import timezone
 
 from registry.files.models import File
-from tests.conftest import make_tenant
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 from tests.support.clients import registry_client
 from tests.support.live import live_registry
+from tests.support.tenants import make_tenant
 from tests.support.uploads import multipart, stored_objects
 
 # Every byte value, so the round trip proves nothing is decoded or re-encoded on the way.

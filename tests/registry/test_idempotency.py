@@ -10,8 +10,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from registry.agents.models import Agent
 from registry.core.models import IdempotencyKey
-from tests.conftest import make_tenant
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
+from tests.support.tenants import make_tenant
 
 BODY = {"name": "once", "model": "m"}
 

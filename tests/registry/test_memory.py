@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from registry.memory.models import Memory, MemoryVersion
-from tests.conftest import make_tenant
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error, assert_not_found
 from tests.support.clients import registry_client
+from tests.support.tenants import make_tenant
 
 
 def sha(text: str) -> str:
@@ -183,13 +183,13 @@ def test_versions_and_redaction(api, store):
 def test_other_workspace_sees_nothing(api, store, other_tenant):
     memory = put(api, store, "/mine", "x")
     other = other_tenant.client
-    for path in (
+    assert_not_found(
+        other,
         f"/v1/memory_stores/{store['id']}",
         memories(store),
         f"{memories(store)}/{memory['id']}",
         f"/v1/memory_stores/{store['id']}/memory_versions",
-    ):
-        assert_error(other.get(path), 404, "not_found_error")
+    )
     assert_error(
         other.post(f"{memories(store)}/{memory['id']}", {"content": "y"}, format="json"), 404, "not_found_error"
     )

@@ -1,6 +1,6 @@
 """OIDC Bearer tokens against a real provider on loopback: workspace mapping, rejection, header precedence.
 
-The provider (tests/registry/oidc_provider.py) issues JWT access tokens and validates them at userinfo.
+The provider (tests/support/oidc_provider.py) issues JWT access tokens and validates them at userinfo.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from registry.workspaces import services
-from tests.conftest import Tenant, make_tenant
-from tests.registry.helpers import assert_error
-from tests.registry.oidc_provider import RunningProvider
+from tests.support.api_errors import assert_error
+from tests.support.oidc_provider import RunningProvider
+from tests.support.tenants import Tenant, make_tenant
 
 
 def new_subject() -> str:

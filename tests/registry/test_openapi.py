@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.conftest import Tenant, make_tenant
+from tests.support.tenants import Tenant, make_tenant
 
 FUZZED_PATHS = r"^/(v1/agents|v1/environments|api$|api/|apis)"
 CHECKS = [not_a_server_error, response_schema_conformance]

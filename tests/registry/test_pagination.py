@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 
 def make_agents(api, count):

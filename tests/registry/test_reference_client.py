@@ -8,8 +8,8 @@ import pytest
 from registry.runtime.credentials import bearer_for
 from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
-from tests.conftest import make_tenant
 from tests.support.clients import registry_client
+from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,6 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from fakes.waiting import wait_until
 from registry.core.serialization import timestamp
 from registry.sessions.models import Session, SessionEvent
 from registry.triggers import services
@@ -23,7 +24,6 @@ from registry.triggers.models import Trigger, TriggerFire
 from registry.triggers.schedule import next_fire_after
 from registry.triggers.scheduler import run_once
 from tests.support import live
-from tests.support.waiting import wait_until
 
 MINUTE = timedelta(minutes=1)
 

@@ -7,8 +7,8 @@ import pytest
 
 from registry.core.secrets import unseal
 from registry.sessions.models import Session
-from tests.conftest import make_tenant
 from tests.support.clients import registry_client
+from tests.support.tenants import make_tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

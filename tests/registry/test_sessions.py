@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from registry.sessions import services
+from registry.sessions import log
 from registry.sessions.models import Session, SessionEvent
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 TEXT = [{"type": "text", "text": "hello"}]
 
@@ -277,7 +277,7 @@ def test_define_outcome_defaults_and_outcome_endpoint(api, session):
 
 
 def test_tool_confirmation_answers_a_pending_call_once(api, session):
-    call = services.event_emit(
+    call = log.emit(
         session_id=session["id"],
         type="agent.mcp_tool_use",
         body={"name": "search", "input": {}, "mcp_server_name": "docs", "evaluated_permission": "ask"},
@@ -288,9 +288,7 @@ def test_tool_confirmation_answers_a_pending_call_once(api, session):
 
 
 def test_custom_tool_result_names_a_custom_tool_use(api, session):
-    call = services.event_emit(
-        session_id=session["id"], type="agent.custom_tool_use", body={"name": "lookup", "input": {"q": 1}}
-    )
+    call = log.emit(session_id=session["id"], type="agent.custom_tool_use", body={"name": "lookup", "input": {"q": 1}})
     result = {
         "type": "user.custom_tool_result",
         "custom_tool_use_id": call.id,
@@ -315,9 +313,9 @@ def test_tool_result_allowed_for_separate_sdk_harness_on_self_hosted(api, agent)
 
 def test_list_shows_processed_events_in_dialects(api, session):
     sent = send(api, session["id"], {"type": "user.message", "content": TEXT}).json()["data"][0]
-    services.events_acknowledge(session_id=session["id"], event_ids=[sent["id"]])
-    services.event_emit(session_id=session["id"], type="span.model_request_start", body={})
-    services.event_emit(session_id=session["id"], type="agent.message", body={"content": TEXT, "subpath": "/x"})
+    log.acknowledge(session_id=session["id"], event_ids=[sent["id"]])
+    log.emit(session_id=session["id"], type="span.model_request_start", body={})
+    log.emit(session_id=session["id"], type="agent.message", body={"content": TEXT, "subpath": "/x"})
     portable = api.get(f"/v1/sessions/{session['id']}/events").json()["data"]
     assert [event["type"] for event in portable] == ["user.message", "agent.message"]
     assert all("seq" not in event and "subpath" not in event for event in portable)
@@ -339,8 +337,8 @@ def test_sequence_numbers_are_gap_free_in_acknowledgment_order(api, session):
     first, second = send(
         api, session["id"], {"type": "user.message", "content": TEXT}, {"type": "user.message", "content": TEXT}
     ).json()["data"]
-    services.event_emit(session_id=session["id"], type="agent.message", body={"content": TEXT})
-    services.events_acknowledge(session_id=session["id"], event_ids=[second["id"], first["id"]])
+    log.emit(session_id=session["id"], type="agent.message", body={"content": TEXT})
+    log.acknowledge(session_id=session["id"], event_ids=[second["id"], first["id"]])
     seqs = list(SessionEvent.objects.filter(session_id=session["id"]).order_by("seq").values_list("seq", "id"))
     assert [seq for seq, _ in seqs] == [1, 2, 3]
     assert [event_id for _, event_id in seqs][1:] == [first["id"], second["id"]]  # append order kept

@@ -10,9 +10,9 @@ import anthropic
 import pytest
 
 from registry.skills.models import Skill, SkillFile
-from tests.conftest import make_tenant
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 from tests.support.clients import registry_client
+from tests.support.tenants import make_tenant
 from tests.support.uploads import multipart, stored_objects
 
 pytestmark = pytest.mark.usefixtures("uploads_dir")

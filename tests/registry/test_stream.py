@@ -16,10 +16,10 @@ import pytest
 from channels.layers import channel_layers
 from django.db import connection
 
-from registry.sessions import notify, services
+from registry.sessions import log, notify, services
 from registry.sessions.models import SessionEvent
-from tests.conftest import make_tenant
 from tests.support.live import live_registry, private_redis
+from tests.support.tenants import make_tenant, open_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TEXT = [{"type": "text", "text": "x"}]
@@ -56,12 +56,7 @@ def parse_frames(text: str) -> tuple[list[Frame], list[str]]:
 @pytest.fixture
 def setup():
     tenant = make_tenant("stream")
-    agent = tenant.client.post("/v1/agents", {"name": "a", "model": "m"}, format="json").json()
-    environment = tenant.client.post("/v1/environments", {"name": "e"}, format="json").json()
-    session = tenant.client.post(
-        "/v1/sessions", {"agent": agent["id"], "environment_id": environment["id"]}, format="json"
-    ).json()
-    return tenant, session["id"]
+    return tenant, open_session(tenant.client)
 
 
 def later(delay: float, action: Callable[[], object]) -> None:
@@ -78,7 +73,7 @@ def later(delay: float, action: Callable[[], object]) -> None:
 
 def emit(session_id: str, count: int, kind: str = "agent.message") -> None:
     for _ in range(count):
-        services.event_emit(session_id=session_id, type=kind, body={"content": TEXT})
+        log.emit(session_id=session_id, type=kind, body={"content": TEXT})
 
 
 def read_until_terminated(url: str, headers: dict, params: dict | None = None) -> tuple[httpx.Response, str]:
@@ -160,7 +155,7 @@ def test_deltas_only_for_requested_types(setup):
         notify.publish_delta(
             session_id, "agent.thinking", {"type": "event_start", "event": {"id": "sevt_t", "type": "agent.thinking"}}
         )
-        services.event_emit(session_id=session_id, type="agent.message", body={"content": TEXT}, event_id=reserved)
+        log.emit(session_id=session_id, type="agent.message", body={"content": TEXT}, event_id=reserved)
         services.session_archive(session=_session(session_id))
 
     with live_registry(**FAST) as url:
@@ -243,7 +238,7 @@ def run_soak(
     def write(index: int) -> None:
         rng = random.Random(index)
         for count in range(per_writer):
-            services.event_emit(session_id=session_id, type="agent.message", body={"content": TEXT})
+            log.emit(session_id=session_id, type="agent.message", body={"content": TEXT})
             time.sleep(rng.uniform(0.005, 0.03))
             if index == 0 and count == per_writer // 2 and midway:
                 midway()
@@ -293,13 +288,13 @@ def test_soak_fifty_resuming_streams_five_writers(setup):
 
 def test_soak_with_redis_stopped_mid_run(setup, settings):
     tenant, session_id = setup
-    with private_redis() as (redis_url, redis_process):
+    with private_redis() as redis:
         settings.CHANNEL_LAYERS = {
-            "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_url]}}
+            "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis.url]}}
         }
         channel_layers.backends.clear()
-        with live_registry(REDIS_URL=redis_url, **FAST) as url:
-            streams = run_soak(url, tenant.api_key, session_id, midway=redis_process.kill)
+        with live_registry(REDIS_URL=redis.url, **FAST) as url:
+            streams = run_soak(url, tenant.api_key, session_id, midway=redis.stop)
+        assert redis.process is None  # Redis really was gone for the second half
     channel_layers.backends.clear()
-    assert redis_process.poll() is not None  # Redis really was gone for the second half
     assert_every_stream_got_the_log(session_id, streams)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 RESOURCES = {
     "agents": {"name": "mine", "model": "m"},

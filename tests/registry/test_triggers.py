@@ -10,7 +10,7 @@ import pytest
 from registry.core.serialization import timestamp
 from registry.sessions.models import Session, SessionEvent
 from registry.triggers.schedule import next_fire_after
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 ACTIONS = ("pause", "unpause", "start", "stop", "restart", "archive")
 

@@ -14,9 +14,9 @@ from registry.gitcreds.models import GitCredential
 from registry.gitcreds.services import token_of
 from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
-from tests.conftest import make_tenant
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error, assert_not_found
 from tests.support.clients import registry_client
+from tests.support.tenants import make_tenant
 
 
 @pytest.fixture
@@ -189,13 +189,14 @@ def test_other_workspace_sees_nothing(api, vault, other_tenant):
     ).json()
     git = api.post("/v1/git-creds", {"host": "github.com", "token": "t"}, format="json").json()
     other = other_tenant.client
-    for path in (
+    paths = (
         f"/v1/vaults/{vault['id']}",
         credentials(vault),
         f"{credentials(vault)}/{credential['id']}",
         f"/v1/git-creds/{git['id']}",
-    ):
-        assert_error(other.get(path), 404, "not_found_error")
+    )
+    assert_not_found(other, *paths)
+    for path in paths:
         assert_error(
             other.delete(path),
             404 if not path.endswith("/credentials") else 405,

@@ -1,6 +1,6 @@
 """Fixtures of the runtime tests: a fake model and an MCP server on loopback, a live registry (daphne)
 and `runsessions` workers as subprocesses on the pytest-django test database (the shared pieces are in
-tests/support/runtime_fixtures.py and tests/support/processes.py).
+tests/support/runtime/fixtures.py and tests/support/processes.py).
 """
 
 from __future__ import annotations
@@ -12,12 +12,23 @@ from typing import Any, cast
 import anthropic
 import pytest
 
-from tests.runtime.helpers import MODEL, Conversation, WorkerPool
+from tests.support.gateway.fixtures import gateway_factory
 from tests.support.processes import LiveRegistry, Process, start_runsessions
-from tests.support.runtime_fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
+from tests.support.runtime.fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
+from tests.support.runtime.sessions import MODEL, Conversation, WorkerPool
 from tests.support.sandbox_attacks import host_secret
 
-__all__ = ["child_env", "fake_model", "host_secret", "model", "registry", "sdk", "shop", "shop_server"]
+__all__ = [
+    "child_env",
+    "fake_model",
+    "gateway_factory",
+    "host_secret",
+    "model",
+    "registry",
+    "sdk",
+    "shop",
+    "shop_server",
+]
 
 
 @pytest.fixture(scope="package")

@@ -11,11 +11,11 @@ from pathlib import Path
 import anthropic
 import pytest
 
+from fakes import model as replies
+from fakes.waiting import wait_until
 from registry.sandbox.disks import release_root
 from registry.sandbox.uids import recorded_uid
-from tests.runtime import fake_model as replies
-from tests.runtime.helpers import of_type, stop_reasons, text_of, transcript
-from tests.support.waiting import wait_until
+from tests.support.runtime.sessions import of_type, stop_reasons, text_of, transcript
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.runtime import fake_model as replies
-from tests.runtime.fake_model import FakeModel
+from fakes import model as replies
+from fakes.model import FakeModel
 from tests.support.clients import registry_client
 from tests.support.live import ROOT, live_registry_process
 

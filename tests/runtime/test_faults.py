@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from fakes import model as replies
+from fakes.waiting import wait_until
 from registry.sessions.models import Session
-from tests.runtime import fake_model as replies
-from tests.runtime.helpers import grading_in_flight, of_type, stop_reasons, text_of
-from tests.support.waiting import wait_until
+from tests.support.runtime.sessions import grading_in_flight, of_type, stop_reasons, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -4,21 +4,21 @@ gateway verifies against the registry's JWKS and applies (usage records, per-wor
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from fakes import model as replies
+from fakes.model import FakeModel
+from fakes.waiting import wait_until
 from registry.runtime.identity import ModelCallIdentity
 from registry.sessions.models import Session
-from tests.gatewayproxy.harness import GatewayThread
-from tests.runtime import fake_model as replies
-from tests.runtime.fake_model import FakeModel
-from tests.runtime.helpers import of_type, text_of
-from tests.runtime.mcp_server import ShopMcpServer
+from tests.support.gateway.documents import destination, fallback_route, mcp_destination, path_vault
+from tests.support.gateway.thread import GatewayFactory, GatewayThread
+from tests.support.mcp_servers import ShopMcpServer
 from tests.support.processes import LiveRegistry
-from tests.support.waiting import wait_until
+from tests.support.runtime.sessions import of_type, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 QPM_PER_WORKSPACE = 2
@@ -41,19 +41,9 @@ def gateway_document(registry_url: str, model_url: str, mcp_url: str, *, qpm: in
                 }
             ],
         },
-        "vaults": [{"name": "v", "resolver": "env", "env_var": "PATH"}],
-        "destinations": {
-            "model": {"kind": "vendor_b", "base_url": model_url, "credentials": {"vault": "v"}},
-            "shop": {"kind": "mcp", "url": mcp_url, "credentials": {"vault": "v"}},
-        },
-        "routes": [
-            {
-                "name": "shop",
-                "match": shop_route,
-                "strategy": {"mode": "fallback", "targets": [{"destination": "shop"}]},
-            },
-            {"name": "all", "strategy": {"mode": "fallback", "targets": [{"destination": "model"}]}},
-        ],
+        "vaults": [path_vault()],
+        "destinations": {"model": destination("vendor_b", model_url), "shop": mcp_destination(mcp_url, "v")},
+        "routes": [fallback_route("shop", shop_route, "shop"), fallback_route("all", None, "model")],
         "rate_limits": [{"name": "per-workspace", "qpm": qpm}] if qpm else [],
         "spend": {"key_dims": ["workspace"]},
         "plugins": {"usage_sinks": [{"name": "out", "kind": "stdout", "flush_interval_ms": 0}]},
@@ -61,20 +51,17 @@ def gateway_document(registry_url: str, model_url: str, mcp_url: str, *, qpm: in
 
 
 @pytest.fixture
-def gateway(registry: LiveRegistry, fake_model: FakeModel, shop_server: ShopMcpServer) -> Iterator[GatewayThread]:
-    running = GatewayThread(gateway_document(registry.url, fake_model.url, shop_server.url, qpm=None)).start()
-    yield running
-    running.stop()
+def gateway(
+    gateway_factory: GatewayFactory, registry: LiveRegistry, fake_model: FakeModel, shop_server: ShopMcpServer
+) -> GatewayThread:
+    return gateway_factory(gateway_document(registry.url, fake_model.url, shop_server.url, qpm=None))
 
 
 @pytest.fixture
 def limited_gateway(
-    registry: LiveRegistry, fake_model: FakeModel, shop_server: ShopMcpServer
-) -> Iterator[GatewayThread]:
-    document = gateway_document(registry.url, fake_model.url, shop_server.url, qpm=QPM_PER_WORKSPACE)
-    running = GatewayThread(document).start()
-    yield running
-    running.stop()
+    gateway_factory: GatewayFactory, registry: LiveRegistry, fake_model: FakeModel, shop_server: ShopMcpServer
+) -> GatewayThread:
+    return gateway_factory(gateway_document(registry.url, fake_model.url, shop_server.url, qpm=QPM_PER_WORKSPACE))
 
 
 def usage_records(capsys: pytest.CaptureFixture[str], seen: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtime import fake_model as replies
-from tests.runtime.helpers import of_type, stop_reasons, text_of
+from fakes import model as replies
+from tests.support.runtime.sessions import of_type, stop_reasons, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

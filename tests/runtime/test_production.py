@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from fakes import model as replies
 from registry.extensions.models import ModelPrice
-from tests.runtime import fake_model as replies
-from tests.runtime.helpers import (
+from tests.support.runtime.sessions import (
     MODEL,
     grading_in_flight,
     of_type,

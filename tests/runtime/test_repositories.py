@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
+from fakes.git_server import GitServer, Repository
 from registry.core.secrets import seal
 from registry.gitcreds.services import git_credential_create
 from registry.runtime.repositories import Placement, RepositoryError, materialize, resource_token
 from registry.sandbox.backend import BwrapBackend, Limits, Mount, SandboxSpec
 from registry.sandbox.disks import release_root
 from registry.workspaces.services import workspace_create
-from tests.runtime.git_server import GitServer, Repository
 from tests.support.sandbox_attacks import RACE_SECONDS, start_swapper
 
 TOKEN = "ghs_" + secrets.token_hex(16)

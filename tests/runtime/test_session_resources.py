@@ -8,13 +8,14 @@ import base64
 
 import pytest
 
+from fakes import model as replies
+from fakes.git_server import GitServer
+from fakes.pki import make_pki
 from registry.memory.models import MemoryVersion
-from tests.runtime import fake_model as replies
-from tests.runtime.git_server import GitServer
-from tests.runtime.helpers import Conversation, of_type, transcript
 from tests.support.package_index import Index
+from tests.support.recording_servers import recording_servers
+from tests.support.runtime.sessions import Conversation, of_type, transcript
 from tests.support.sites import loopback_sites
-from tests.support.tls import make_pki, recording_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

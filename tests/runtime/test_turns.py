@@ -11,9 +11,9 @@ import httpx
 import jwt
 import pytest
 
-from tests.runtime import fake_model as replies
-from tests.runtime.helpers import MODEL, WEATHER_TOOL, of_type, shop_agent, stop_reasons, text_of, transcript
-from tests.support.waiting import wait_until
+from fakes import model as replies
+from fakes.waiting import wait_until
+from tests.support.runtime.sessions import MODEL, WEATHER_TOOL, of_type, shop_agent, stop_reasons, text_of, transcript
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from registry.runtime import outcomes
 from registry.runtime.config import RuntimeSettings
-from registry.runtime.lease import LeaseKeeper, LeaseLost, claim_batch
+from registry.runtime.lease import LeaseKeeper, LeaseLost
 from registry.runtime.model import beta_headers, request_options, sse_events
 from registry.runtime.transcript import INTERRUPTED_RESULT, awaits_model, build_messages, tool_work, turn_graded
-from registry.sessions import services
+from registry.sessions import log, services
 from registry.sessions.models import Session, SessionEvent
 
 TEXT = [{"type": "text", "text": "hi"}]
@@ -145,19 +145,19 @@ def session(api) -> Session:
 
 
 def claim(owner: str) -> list[str]:
-    return [claimed.fence.session_id for claimed in claim_batch(owner=owner, seconds=30, limit=10)]
+    return [claimed.fence.session_id for claimed in log.claim(owner=owner, seconds=30, limit=10)]
 
 
 def test_a_leased_session_is_claimed_again_only_after_its_lease_expires(session):
     assert claim("a") == []  # no work yet
     services.events_append(session=session, events=[{"type": "user.message", "content": TEXT}])
-    [first] = claim_batch(owner="a", seconds=30, limit=10)
+    [first] = log.claim(owner="a", seconds=30, limit=10)
     assert first.fence.session_id == session.id and first.attempts == 1
     assert claim("b") == []
     Session.objects.filter(pk=session.id).update(
         status=Session.Status.RUNNING, has_pending_events=False, lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    [second] = claim_batch(owner="b", seconds=30, limit=10)  # an orphaned turn
+    [second] = log.claim(owner="b", seconds=30, limit=10)  # an orphaned turn
     assert second.fence.token == first.fence.token + 1 and second.attempts == 2
     assert Session.objects.get(pk=session.id).lease_owner == "b"
     keeper = LeaseKeeper(owner="a", seconds=30)
@@ -170,24 +170,24 @@ def test_a_leased_session_is_claimed_again_only_after_its_lease_expires(session)
 
 def test_a_write_with_a_superseded_fence_is_refused_and_changes_nothing(session):
     services.events_append(session=session, events=[{"type": "user.message", "content": TEXT}])
-    [first] = claim_batch(owner="a", seconds=30, limit=1)
+    [first] = log.claim(owner="a", seconds=30, limit=1)
     Session.objects.filter(pk=session.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    [second] = claim_batch(owner="b", seconds=30, limit=1)
+    [second] = log.claim(owner="b", seconds=30, limit=1)
     before = Session.objects.get(pk=session.id).last_seq
     with pytest.raises(LeaseLost):
-        services.event_emit(session_id=session.id, type="agent.message", body={"content": TEXT}, fence=first.fence)
+        log.emit(session_id=session.id, type="agent.message", body={"content": TEXT}, fence=first.fence)
     with pytest.raises(LeaseLost):
-        services.session_transition(session_id=session.id, status="running", fence=first.fence)
+        log.transition(session_id=session.id, status="running", fence=first.fence)
     assert Session.objects.get(pk=session.id).last_seq == before
-    services.event_emit(session_id=session.id, type="agent.message", body={"content": TEXT}, fence=second.fence)
+    log.emit(session_id=session.id, type="agent.message", body={"content": TEXT}, fence=second.fence)
     assert Session.objects.get(pk=session.id).last_seq == before + 1
 
 
 def test_terminated_is_final(session):
-    services.session_transition(session_id=session.id, status="running")
+    log.transition(session_id=session.id, status="running")
     services.session_archive(session=session)
-    with pytest.raises(services.SessionTerminated):
-        services.session_transition(session_id=session.id, status="idle", stop_reason={"type": "end_turn"})
+    with pytest.raises(log.SessionTerminated):
+        log.transition(session_id=session.id, status="idle", stop_reason={"type": "end_turn"})
     assert Session.objects.get(pk=session.id).status == "terminated"
 
 
@@ -219,7 +219,7 @@ def test_the_agents_model_settings_are_sent_as_the_messages_api_takes_them():
 
 
 def test_a_turn_claimed_too_often_is_not_claimed_as_fresh(session):
-    services.session_transition(session_id=session.id, status="running")
+    log.transition(session_id=session.id, status="running")
     Session.objects.filter(pk=session.id).update(turn_attempts=3)
-    [claimed] = claim_batch(owner="a", seconds=30, limit=1)
+    [claimed] = log.claim(owner="a", seconds=30, limit=1)
     assert claimed.attempts == 4  # the worker ends the turn instead of running it (max 3)

@@ -1,5 +1,6 @@
 """Fixtures of the sandbox tests: a backend whose root any session uid can traverse (not pytest's tmp),
-and HTTP servers on the host's loopback for the network tests."""
+HTTP servers on the host's loopback for the network tests, and the test PKI that the egress proxy trusts
+upstream."""
 
 from __future__ import annotations
 
@@ -8,15 +9,35 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fakes.pki import Pki, make_pki
 from registry.sandbox.backend import BwrapBackend, BwrapSandbox, Limits, SandboxSpec
 from registry.sandbox.disks import release_root
+from tests.support.recording_servers import Serve, recording_servers
 from tests.support.sandbox_attacks import host_secret
 from tests.support.sites import Route, loopback_sites
 
 __all__ = ["host_secret"]
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return make_pki(tmp_path)
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    yield from recording_servers()
+
+
+@pytest.fixture
+def proxied(settings: Any, pki: Pki) -> None:
+    """The proxy may reach loopback (where the test servers are) and trusts the test CA upstream."""
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
+    settings.REGISTRY_SANDBOX_EXTRA_CA_FILE = str(pki.ca_file)
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from fakes.waiting import wait_until
 from registry.sandbox import cgroups
 from registry.sandbox.cgroups import CgroupManager, CgroupMount, SandboxCgroup
-from tests.support.waiting import wait_until
 
 MiB = 1 << 20
 PYTHON = "/usr/bin/python3"  # the system's, which an unprivileged uid can run (the venv's is under /root)

@@ -8,7 +8,7 @@ import pytest
 
 from registry.runtime.secrets import session_injections
 from registry.vaults.models import VaultCredential
-from tests.registry.helpers import assert_error
+from tests.support.api_errors import assert_error
 
 
 @pytest.fixture

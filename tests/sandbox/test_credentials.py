@@ -13,20 +13,15 @@ from django.utils import timezone
 from registry.runtime.secrets import session_injections
 from registry.sandbox.interception import CA_FILE
 from registry.vaults.models import VaultCredential
+from tests.support.recording_servers import Http10ReflectingHandler
 from tests.support.sandbox_network import (
     SECRET,
     credential,
-    pki,
     placeholder_of,
-    proxied,
-    serve,
     session_sandbox,
     trust_test_ca,
     vault_of,
 )
-from tests.support.tls import Http10ReflectingHandler
-
-__all__ = ["pki", "proxied", "serve"]
 
 
 # -- tests ----------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ from __future__ import annotations
 import socket
 import threading
 
+from fakes.waiting import wait_until
 from registry.sandbox.backend import SandboxSpec
 from tests.support.sandbox_network import refused
-from tests.support.waiting import wait_until
 
 IDLE_CONNECTIONS = 400
 FETCH = "python3 -c \"import urllib.request as r; print(r.urlopen('{url}', timeout=20).read().decode())\""

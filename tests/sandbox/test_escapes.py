@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from fakes.waiting import wait_until
 from registry.sandbox.backend import BwrapBackend, SandboxSpec, SandboxUnavailable, check_traversable
 from registry.sandbox.toolset import run_tool
-from tests.support.waiting import wait_until
 
 PROJECT = Path(__file__).resolve().parents[2]
 CANARY_FILE = Path("/tmp") / f"sandbox-canary-{os.getpid()}"

@@ -15,18 +15,13 @@ from registry.sandbox.backend import SandboxSpec
 from registry.sandbox.egress import REFUSED, NetworkPolicy
 from tests.support.sandbox_network import (
     credential,
-    pki,
-    proxied,
     refused,
-    serve,
     session_sandbox,
     tls_with_server_name,
     trust_test_ca,
     vault_of,
 )
 from tests.support.sites import upgrade_echo_site
-
-__all__ = ["pki", "proxied", "serve"]
 
 FETCH = (
     "python3 -c \"import urllib.request as r; print(r.urlopen('{url}', timeout=20).read().decode())\" 2>&1 | tail -1"

@@ -10,23 +10,19 @@ import re
 
 import pytest
 
+from fakes.pki import Pki
 from registry.sandbox.backend import BwrapSandbox
+from tests.support.recording_servers import ReflectingHandler, Serve
 from tests.support.sandbox_network import (
     SECRET,
     credential,
-    pki,
     placeholder_of,
-    proxied,
     refused,
-    serve,
     session_sandbox,
     tls_with_server_name,
     trust_test_ca,
     vault_of,
 )
-from tests.support.tls import Pki, ReflectingHandler, Serve
-
-__all__ = ["pki", "proxied", "serve"]
 
 BEARER = '-H "Authorization: Bearer $API_KEY"'
 

@@ -1,5 +1,5 @@
 """Live servers and processes for end-to-end tests: the registry under daphne, `rungateway`, a private
-Redis, on free loopback ports."""
+Redis that a test may stop and start, on free loopback ports."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 from django.db import connection
 
-from tests.support.waiting import wait_until
+from fakes.waiting import wait_until
+from tests.support.serving import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,21 +115,40 @@ def accepts(port: int) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A throwaway redis-server on its own port (stopping it disturbs nothing else)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed")
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: accepts(port), timeout=10, what="redis-server to accept connections")
-        yield f"redis://127.0.0.1:{port}/0", process
-    finally:
-        process.kill()
-        process.wait()
+class RedisServer:
+    """A private redis-server on a fixed free port (stopping it disturbs nothing else), which a test may stop and
+    start again on the same port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's URL."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        """Start it and wait until it accepts connections."""
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed")
+        self.process = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: accepts(self.port), timeout=10, what="redis-server to accept connections")
+        return self
+
+    def stop(self) -> None:
+        """Kill it (at once: an outage, not a shutdown)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+def private_redis() -> contextlib.AbstractContextManager[RedisServer]:
+    """A started `RedisServer`, killed at the end of the block."""
+    return serving(RedisServer().start())

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 from django.db import connections
 
+from fakes.waiting import wait_until
 from tests.support.live import daphne_command, listening_socket
-from tests.support.waiting import wait_until
 
 MODEL_KEY = "test-model-key"
 LEASE_SECONDS = "2"
@@ -66,7 +66,7 @@ def child_environment(model_url: str, **extra: str) -> dict[str, str]:
     credentials = database["USER"] + (f":{database['PASSWORD']}" if database.get("PASSWORD") else "")
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.runtime.worker_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.subprocess_settings",
         "DATABASE_URL": f"postgres://{credentials}@{database['HOST']}:{database['PORT']}/{database['NAME']}",
         "REGISTRY_MODEL_BASE_URL": model_url,
         "REGISTRY_MODEL_API_KEY": MODEL_KEY,

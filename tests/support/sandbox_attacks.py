@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes.waiting import wait_until
 from registry.sandbox.backend import BwrapSandbox
-from tests.support.waiting import wait_until
 
 RACE_SECONDS = 120
 # Runs in the sandbox: exchange each `d<n>` (a real folder) with `l<n>` (a link to the host's secret

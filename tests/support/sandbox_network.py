@@ -1,42 +1,23 @@
-"""Real sandboxes behind their egress proxy, for the proxy's tests: a test PKI the proxy trusts upstream,
-loopback servers, sessions with `environment_variable` credentials (vaults and credentials made through
-the services), and a TLS client run inside that asks for a server name of its choosing."""
+"""Real sandboxes behind their egress proxy, for the proxy's tests: sessions with `environment_variable`
+credentials (vaults and credentials made through the services), the proxy's refusals, the test CA trusted
+inside, and a TLS client run inside that asks for a server name of its choosing. (The PKI, the loopback
+servers and the proxy's settings are fixtures in tests/sandbox/conftest.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from prometheus_client import REGISTRY
 
+from fakes.pki import Pki
 from registry.runtime.secrets import session_injections
 from registry.sandbox.backend import BwrapBackend, BwrapSandbox, SandboxSpec
 from registry.sandbox.egress import NetworkPolicy
 from registry.vaults import services as vault_services
 from registry.vaults.models import Vault, VaultCredential
-from tests.conftest import Tenant
-from tests.support.tls import Pki, Serve, make_pki, recording_servers
+from tests.support.tenants import Tenant
 
 SECRET = "sk-live-0123456789abcdef"
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    return make_pki(tmp_path)
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    yield from recording_servers()
-
-
-@pytest.fixture
-def proxied(settings: Any, pki: Pki) -> None:
-    """The proxy may reach loopback (where the test servers are) and trusts the test CA upstream."""
-    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1"
-    settings.REGISTRY_SANDBOX_EXTRA_CA_FILE = str(pki.ca_file)
 
 
 def credential(vault: Vault, name: str = "API_KEY", value: str = SECRET, **auth: Any) -> VaultCredential:

@@ -1,6 +1,6 @@
 """Fixtures of the tracing tests: a fake OTLP collector, the fake model and an MCP server on loopback, and a
 live registry (daphne) and one `runsessions` worker exporting their spans to that collector (the shared pieces
-are in tests/support/runtime_fixtures.py and tests/support/processes.py)."""
+are in tests/support/runtime/fixtures.py and tests/support/processes.py)."""
 
 from __future__ import annotations
 
@@ -9,29 +9,26 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
-from tests.conftest import make_tenant
-from tests.runtime.fake_model import FakeModel
-from tests.runtime.mcp_server import ShopMcpServer
+from fakes.model import FakeModel
 from tests.support.clients import registry_client
+from tests.support.mcp_servers import ShopMcpServer
+from tests.support.otlp_collector import FakeCollector
 from tests.support.processes import LiveRegistry, Process, child_environment, start_runsessions
-from tests.support.runtime_fixtures import fake_model, model, registry
-from tests.tracing.collector import FakeCollector
+from tests.support.runtime.fixtures import fake_model, model, registry
+from tests.support.serving import served
+from tests.support.tenants import make_tenant
 
 __all__ = ["fake_model", "model", "registry"]
 
 
 @pytest.fixture(scope="package")
 def collector() -> Iterator[FakeCollector]:
-    server = FakeCollector()
-    yield server
-    server.stop()
+    yield from served(FakeCollector().start())
 
 
 @pytest.fixture(scope="package")
 def shop() -> Iterator[ShopMcpServer]:
-    server = ShopMcpServer()
-    yield server
-    server.stop()
+    yield from served(ShopMcpServer().start())
 
 
 @pytest.fixture(scope="package")

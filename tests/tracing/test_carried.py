@@ -4,21 +4,19 @@ the user events it appended (and never rendered), and sent on by the model clien
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
+from fakes import model as replies
+from fakes.model import FakeModel
 from registry.core import tracing
 from registry.core.middleware import route_template
 from registry.runtime.config import RuntimeSettings
-from registry.runtime.harness import SessionRunner
 from registry.runtime.model import ModelClient
-from registry.sessions import services
+from registry.sessions import log, selectors
 from registry.sessions.models import SessionEvent
-from tests.runtime import fake_model as replies
-from tests.runtime.fake_model import FakeModel
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 MESSAGE = {"type": "user.message", "content": [{"type": "text", "text": "hi"}]}
@@ -48,7 +46,7 @@ def test_appended_events_keep_the_callers_traceparent_and_never_show_it(api: API
     stored = SessionEvent.objects.filter(session_id=session_id, type="user.message")
     assert [event.body[tracing.TRACEPARENT_FIELD] for event in stored] == [TRACEPARENT, TRACEPARENT]
 
-    services.events_acknowledge(session_id=session_id, event_ids=[event.id for event in stored])  # listed now
+    log.acknowledge(session_id=session_id, event_ids=[event.id for event in stored])  # listed now
     for native in ("", "1"):
         listed = api.get(f"/v1/sessions/{session_id}/events", HTTP_NATIVE_BETA=native)
         assert listed.status_code == 200 and b"traceparent" not in listed.content
@@ -89,6 +87,6 @@ def test_a_resumed_turn_continues_the_trace_of_the_latest_user_event(api: APICli
             f"/v1/sessions/{session_id}/events", {"events": [MESSAGE]}, format="json", HTTP_TRACEPARENT=traceparent
         )
     pending = SessionEvent.objects.filter(session_id=session_id, seq__isnull=True).order_by("created_at", "id")
-    services.events_acknowledge(session_id=session_id, event_ids=[event.id for event in pending])
-    runner = SimpleNamespace(session_id=session_id)  # the lookup needs nothing else of a runner
-    assert SessionRunner._latest_traceparent(runner) == TRACEPARENT.replace("b7ad", "c8be")  # type: ignore[arg-type]
+    log.acknowledge(session_id=session_id, event_ids=[event.id for event in pending])
+    resumed_from = selectors.latest_user_traceparent(session_id, tracing.TRACEPARENT_FIELD)
+    assert resumed_from == TRACEPARENT.replace("b7ad", "c8be")

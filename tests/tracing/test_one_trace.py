@@ -9,12 +9,12 @@ from typing import Any
 
 import anthropic
 
-from tests.runtime import fake_model as replies
-from tests.runtime.fake_model import FakeModel
-from tests.runtime.helpers import MODEL, shop_agent
-from tests.runtime.mcp_server import ShopMcpServer
-from tests.support.waiting import wait_until
-from tests.tracing.collector import FakeCollector, ReceivedSpan
+from fakes import model as replies
+from fakes.model import FakeModel
+from fakes.waiting import wait_until
+from tests.support.mcp_servers import ShopMcpServer
+from tests.support.otlp_collector import FakeCollector, ReceivedSpan
+from tests.support.runtime.sessions import MODEL, shop_agent
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
