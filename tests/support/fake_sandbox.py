@@ -9,31 +9,16 @@ from pathlib import Path
 
 from registry.sandbox.spec import CommandResult, Limits, SandboxSpec
 
+DISK_FOLDERS = ("workspace", "mounts", "files", "staging")
 
-@dataclass
+
 class FakeDisk:
-    root: Path
+    """The host folders of a fake session's disk, made at once."""
 
-    def _folder(self, name: str) -> Path:
-        folder = self.root / name
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-
-    @property
-    def workspace(self) -> Path:
-        return self._folder("workspace")
-
-    @property
-    def mounts(self) -> Path:
-        return self._folder("mounts")
-
-    @property
-    def files(self) -> Path:
-        return self._folder("files")
-
-    @property
-    def staging(self) -> Path:
-        return self._folder("staging")
+    def __init__(self, root: Path) -> None:
+        self.workspace, self.mounts, self.files, self.staging = (root / name for name in DISK_FOLDERS)
+        for name in DISK_FOLDERS:
+            (root / name).mkdir(parents=True, exist_ok=True)
 
 
 @dataclass
