@@ -24,11 +24,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,7 +210,7 @@ def _build(backend: SandboxBackend, directory: Path, wanted: dict[str, list[str]
     spec = SandboxSpec(
         session_id=f"layer_{directory.name}",
         workspace_id="layers",
-        mounts=(*_prepare(directory, wanted), *_tool_mounts(wanted)),
+        mounts=(*_prepare(directory, wanted), *_tool_mounts(wanted, backend.shared)),
         env=_mirror_env(),
         network=_build_network(network),
     )
@@ -242,15 +244,47 @@ def _prepare(directory: Path, wanted: dict[str, list[str]]) -> list[Mount]:
     return [Mount(layer, LAYER_INSIDE, read_only=False), Mount(scripts, BUILD_INSIDE)]
 
 
-def _tool_mounts(wanted: dict[str, list[str]]) -> list[Mount]:
+def _tool_mounts(wanted: dict[str, list[str]], shared: Path) -> list[Mount]:
     """The runtime's pip (pure Python) for pip packages; the host's apt state, read-only, for apt."""
     mounts: list[Mount] = []
-    pip = importlib.util.find_spec("pip")
-    if "pip" in wanted and pip is not None and pip.submodule_search_locations:  # else python3's own, if any
-        mounts.append(Mount(Path(pip.submodule_search_locations[0]), f"{PIP_INSIDE}/pip"))
+    pip = shared_pip(shared) if "pip" in wanted else None
+    if pip is not None:  # else python3's own, if any
+        mounts.append(Mount(pip, f"{PIP_INSIDE}/pip"))
     if "apt" in wanted:
         mounts += [Mount(Path(path), path) for path in APT_STATE if os.path.exists(path)]
     return mounts
+
+
+def shared_pip(shared: Path) -> Path | None:
+    """The runtime's pip, copied once into the shared area: a build's uid can read it there wherever the
+    runtime's virtualenv lives (a checkout under a 0700 folder, say, which that uid cannot pass)."""
+    found = importlib.util.find_spec("pip")
+    if found is None or not found.submodule_search_locations:
+        return None
+    tools = shared / "tools"
+    copy = tools / f"pip-{importlib.metadata.version('pip')}"
+    if not copy.exists():
+        tools.mkdir(mode=0o755, exist_ok=True)
+        with locked(shared / "tools.lock"):
+            if not copy.exists():
+                staging = Path(tempfile.mkdtemp(dir=tools))
+                shutil.copytree(found.submodule_search_locations[0], staging / "pip", symlinks=True)
+                chown_tree(staging, 0)
+                _readable_by_all(staging)
+                os.rename(staging, copy)
+    return copy / "pip"
+
+
+def _readable_by_all(root: Path) -> None:
+    """Folders 0755 and files at least 0644, whatever the umask they were made under."""
+    os.chmod(root, 0o755)
+    for folder, folders, files in os.walk(root):
+        for name in folders:
+            os.chmod(os.path.join(folder, name), 0o755)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o644)
 
 
 def _mirror_env() -> dict[str, str]:

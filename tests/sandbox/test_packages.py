@@ -8,11 +8,13 @@ import base64
 import hashlib
 import io
 import json
+import os
 import shutil
 import socket
 import tarfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,7 @@ from registry.sandbox.packages import (
     ensure_layer,
     layer_key,
     missing_tools,
+    shared_pip,
     wanted_packages,
 )
 from tests.support.package_index import Index
@@ -221,3 +224,19 @@ def test_no_packages_no_layer(backend):
     assert ensure_layer(backend, environment_id="env_n", packages=pip_packages(), network=NetworkPolicy()) is None
     assert ensure_layer(backend, environment_id="env_n", packages={}, network=NetworkPolicy()) is None
     assert not (backend.shared / "layers").exists()
+
+
+def test_the_runtimes_pip_is_copied_once_into_the_shared_area_readable_by_every_uid(tmp_path: Path) -> None:
+    """A build's uid may not pass the folders above the runtime's virtualenv (a checkout under a 0700
+    folder): the pip it runs is a root-owned copy in the shared area, made once."""
+    old = os.umask(0o077)  # copies made under a strict umask are readable all the same
+    try:
+        copy = shared_pip(tmp_path)
+    finally:
+        os.umask(old)
+    assert copy is not None and copy.is_relative_to(tmp_path / "tools") and (copy / "__init__.py").is_file()
+    for path in (copy.parent, copy, copy / "__init__.py"):
+        info = os.stat(path)
+        assert info.st_uid == 0 and info.st_mode & 0o444 == 0o444
+    assert shared_pip(tmp_path) == copy
+    assert [entry.name for entry in (tmp_path / "tools").iterdir()] == [copy.parent.name]
