@@ -10,11 +10,11 @@ from typing import Any
 
 from django.conf import settings
 
-from registry.core import tracing
 from registry.runtime import mcp_client
 from registry.runtime.checkpoints import Checkpoints
 from registry.runtime.config import RuntimeSettings
 from registry.runtime.credentials import bearer_for
+from registry.runtime.observer import ToolWatch
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
 from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog
@@ -84,10 +84,10 @@ class ToolDispatch:
             self.turn.tool_result(call, [{"type": "text", "text": message}], is_error=True)
         for call in runnable:
             self.checkpoints.check()
-            with tracing.child(f"tool.{call.body['name']}", service=tracing.RUNTIME_SERVICE) as span:
+            watch = ToolWatch()
+            with self.turn.observer.tool(call.body["name"], watch):
                 outcome = self.sandbox.run(call) if call.type == "agent.tool_use" else self._call_mcp(call)
-                if outcome.is_error:
-                    span.set_status(tracing.ERROR)
+                watch.is_error = outcome.is_error
             self.turn.tool_result(call, outcome.content, is_error=outcome.is_error)
 
     def _call_mcp(self, call: SessionEvent) -> mcp_client.McpToolOutcome:

@@ -7,7 +7,7 @@ running the same loop again. The loop drives parts, each in its module: `ModelSt
 compaction), `ToolDispatch` (built-in, MCP, custom tools, confirmations), `Grader`, `SandboxUse`
 (resources mounted, snapshots); `Checkpoints` stop it for an interrupt, a lost lease or a shutdown;
 every write goes through `TurnLog` to the session log, fenced by the lease. `code_harness` runs the
-same loop but does not honor `user.interrupt`. Metrics attach through a `TurnObserver`.
+same loop but does not honor `user.interrupt`. Tracing and metrics attach through a `TurnObserver`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Lease, LeaseLost
 from registry.runtime.model import ModelClient, ModelError
 from registry.runtime.model_step import ModelStep
-from registry.runtime.observer import FAILED, LEASE_LOST, LEFT, TurnObserver
+from registry.runtime.observer import LEASE_LOST, LEFT, TracingObserver, TurnObserver, TurnWatch
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
 from registry.runtime.transcript import awaits_model, latest_outcome, tool_work, turn_graded
@@ -64,7 +64,7 @@ class SessionRunner:
         self.stopping = stopping
         self.sandboxes = sandboxes
         self.logs = logs or VisibleLogs(sessions=1)
-        self.observer = observer or TurnObserver()
+        self.observer = observer or TracingObserver()
         # Set by the worker when a notification names this session (an interrupt, an archive...).
         self.attention = threading.Event()
         # The trace context of the user event that started the turn (its `session.turn` span's parent).
@@ -138,28 +138,17 @@ class SessionRunner:
             self._run_turn()
 
     def _run_turn(self) -> None:
-        """The turn as a `session.turn` span, continuing the trace of the user event that started it."""
-        self.observer.turn_started()
-        started = time.monotonic()
-        outcome = FAILED
-        attributes = {"session.id": self.session_id}
-        try:
-            with tracing.continuing(
-                self.turn_traceparent, "session.turn", service=tracing.RUNTIME_SERVICE, attributes=attributes
-            ) as span:
-                stop_reason = self._turn()
-                outcome = str(stop_reason["type"])
-                span.set_attribute("registry.stop_reason", outcome)
-                if outcome in ("error", "retries_exhausted"):
-                    span.set_status(tracing.ERROR)
-        except WorkerStopping:
-            outcome = LEFT
-            raise
-        except LeaseLost:
-            outcome = LEASE_LOST
-            raise
-        finally:
-            self.observer.turn_ended(outcome, time.monotonic() - started)
+        """The turn, watched by the observer (a span continuing the starting event's trace, metrics)."""
+        watch = TurnWatch()
+        with self.observer.turn(self.session_id, self.turn_traceparent, watch):
+            try:
+                watch.outcome = str(self._turn()["type"])
+            except WorkerStopping:
+                watch.outcome = LEFT
+                raise
+            except LeaseLost:
+                watch.outcome = LEASE_LOST
+                raise
 
     def _turn(self) -> dict[str, Any]:
         started = time.monotonic()

@@ -25,7 +25,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -40,7 +42,7 @@ from registry.runtime.eventlog import VisibleLogs
 from registry.runtime.identity import ModelCallIdentity
 from registry.runtime.lease import Claim, Lease, LeaseKeeper, LeaseLost
 from registry.runtime.model import ModelClient
-from registry.runtime.observer import TurnObserver
+from registry.runtime.observer import Observers, TracingObserver, TurnObserver, TurnWatch
 from registry.runtime.turns import SessionRunner
 from registry.runtime.wakeups import NotificationListener, can_listen
 from registry.runtime.writer import fail_turn
@@ -92,12 +94,15 @@ TOOL_RESULT_KINDS = {"agent.tool_result": "builtin", "agent.mcp_tool_result": "m
 class MeteredObserver(TurnObserver):
     """Counts this worker's turns (outcome, duration) and the tool calls and errors they write."""
 
-    def turn_started(self) -> None:
+    @contextmanager
+    def turn(self, session_id: str, traceparent: str | None, watch: TurnWatch) -> Iterator[None]:
         TURNS_STARTED.inc()
-
-    def turn_ended(self, outcome: str, seconds: float) -> None:
-        TURNS_FINISHED.labels(outcome).inc()
-        TURN_SECONDS.observe(seconds)
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            TURNS_FINISHED.labels(watch.outcome).inc()
+            TURN_SECONDS.observe(time.monotonic() - started)
 
     def event_written(self, event_type: str, body: dict[str, Any]) -> None:
         if event_type in TOOL_USE_KINDS:
@@ -133,7 +138,7 @@ class Worker:
         self.keeper = LeaseKeeper(owner=self.owner, seconds=config.lease_seconds)
         self.sandboxes = sandbox_backend()
         self.logs = VisibleLogs(sessions=config.concurrency)
-        self.observer = MeteredObserver()
+        self.observer = Observers(MeteredObserver(), TracingObserver())
         self.runners: dict[str, SessionRunner] = {}
         # Sessions with a sandbox here that a notification named while no turn ran: maybe terminated.
         self.ended: set[str] = set()
