@@ -36,9 +36,12 @@ class Reply:
     chunk_delay: float = 0.0
     cut_by_max_tokens: bool = False  # the last tool call's JSON input stops halfway, as at max_tokens
     retry_after: str | None = None  # the `retry-after` header of an error answer
+    refusal: dict[str, Any] | None = None  # the model refuses: `stop_details` of a `refusal` stop
 
     @property
     def stop_reason(self) -> str:
+        if self.refusal is not None:
+            return "refusal"
         if self.cut_by_max_tokens:
             return "max_tokens"
         return "tool_use" if any(block["type"] == "tool_use" for block in self.blocks) else "end_turn"
@@ -180,6 +183,7 @@ class ModelHandler(QuietHandler):
             "model": body.get("model"),
             "content": content,
             "stop_reason": reply.stop_reason,
+            "stop_details": reply.refusal,
             "usage": USAGE,
         }
 
@@ -187,13 +191,14 @@ class ModelHandler(QuietHandler):
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.end_headers()
-        start = {**self.message(reply, body), "content": [], "stop_reason": None}
+        start = {**self.message(reply, body), "content": [], "stop_reason": None, "stop_details": None}
         start["usage"] = {**USAGE, "output_tokens": 0}
         self.write(sse("message_start", {"message": start}))
         for index, block in enumerate(self.message(reply, body)["content"]):
             if not self.stream_block(index, block, reply):
                 return
-        self.write(sse("message_delta", {"delta": {"stop_reason": reply.stop_reason}, "usage": USAGE}))
+        delta = {"stop_reason": reply.stop_reason, "stop_details": reply.refusal}
+        self.write(sse("message_delta", {"delta": delta, "usage": USAGE}))
         self.write(sse("message_stop", {}))
 
     def stream_block(self, index: int, block: dict[str, Any], reply: Reply) -> bool:

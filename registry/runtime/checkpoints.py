@@ -39,9 +39,10 @@ class WorkerStopping(Exception):
 class TurnEnded(Exception):
     """The turn ends early with this stop reason (a limit, the budget), its error already reported."""
 
-    def __init__(self, stop_reason: dict[str, Any]) -> None:
+    def __init__(self, stop_reason: dict[str, Any], details: dict[str, Any] | None = None) -> None:
         super().__init__(stop_reason["type"])
         self.stop_reason = stop_reason
+        self.details = details  # the idle event's `stop_details` (a refusal's)
 
 
 @dataclass(kw_only=True)

@@ -18,10 +18,12 @@ from registry.runtime.observer import ToolWatch
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
 from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog
+from registry.runtime.transcript import INTERRUPTED_RESULT, answered_calls
 from registry.runtime.writer import TurnLog
 from registry.sessions.models import SessionEvent
 
 DENIED_RESULT = "The user denied this tool call."
+RUNTIME_TOOL_USES = ("agent.tool_use", "agent.mcp_tool_use")  # calls answered by an agent.*_tool_result
 
 
 @dataclass(kw_only=True)
@@ -76,6 +78,15 @@ class ToolDispatch:
             self.turn.emit("agent.tool_use", {**call, **permission})
         else:
             self.turn.emit("agent.mcp_tool_use", {**call, "mcp_server_name": entry.tool.server_name, **permission})
+
+    def abandon_open(self, events: list[SessionEvent]) -> None:
+        """The calls the runtime answers that are still open (new input or an interrupt leaves them)
+        get the result the model is shown for them, so every call in the log has exactly one."""
+        answered = answered_calls(events)
+        runtime_calls = ("agent.mcp_tool_use",) if self.session.client_runs_builtin else RUNTIME_TOOL_USES
+        for call in events:
+            if call.type in runtime_calls and call.id not in answered:
+                self.turn.tool_result(call, [{"type": "text", "text": INTERRUPTED_RESULT}], is_error=True)
 
     # -- answering them --------------------------------------------------------------------------
     def answer(self, denied: list[tuple[SessionEvent, SessionEvent]], runnable: list[SessionEvent]) -> None:

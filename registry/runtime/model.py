@@ -95,6 +95,7 @@ class ModelResponse:
 
     content: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
+    stop_details: dict[str, Any] | None = None  # why the model refused, when it did and says
     usage: dict[str, int] = field(default_factory=dict)
     # Ids reserved for the events of content blocks (by position) whose previews already went out.
     event_ids: dict[int, str] = field(default_factory=dict)
@@ -152,7 +153,9 @@ class StreamAccumulator:
         elif kind == "content_block_stop":
             self._finish_block(payload["index"])
         elif kind == "message_delta":
-            self.response.stop_reason = payload.get("delta", {}).get("stop_reason") or self.response.stop_reason
+            delta = payload.get("delta", {})
+            self.response.stop_reason = delta.get("stop_reason") or self.response.stop_reason
+            self.response.stop_details = delta.get("stop_details") or self.response.stop_details
             self.response.add_usage(payload.get("usage"))
         elif kind == "message_stop":
             self.finished = True
@@ -293,7 +296,11 @@ class ModelClient:
             payload = answer.json()
         except ValueError:
             raise ModelError("model_request_failed_error", "The model answered non-JSON.", retryable=True) from None
-        response = ModelResponse(content=list(payload.get("content") or []), stop_reason=payload.get("stop_reason"))
+        response = ModelResponse(
+            content=list(payload.get("content") or []),
+            stop_reason=payload.get("stop_reason"),
+            stop_details=payload.get("stop_details"),
+        )
         response.add_usage(payload.get("usage"))
         return response
 

@@ -78,7 +78,7 @@ class ModelStep:
             raise TurnEnded({"type": "budget_reached"})
 
     def speak(self, request: dict[str, Any]) -> bool:
-        """Let the model speak; False when it said nothing at all."""
+        """Let the model speak; False when it said nothing at all. A refusal ends the turn with it."""
         response = self.call(lambda: self._stream(request))
         if response.cut_in_tool_call():
             # Ask again with room to finish the call; a second cut ends the turn (the call never runs).
@@ -86,7 +86,10 @@ class ModelStep:
             response = self.call(lambda: self._stream(retry))
             if response.cut_in_tool_call():
                 raise ModelError("model_request_failed_error", CUT_TOOL_CALL, retryable=False)
-        return self._record(response) > 0
+        spoken = self._record(response)
+        if response.stop_reason == "refusal":
+            raise TurnEnded({"type": "refusal"}, response.stop_details)
+        return spoken > 0
 
     def _stream(self, request: dict[str, Any]) -> ModelResponse:
         previews = PreviewPublisher(self.session.session_id, self.checkpoints.check)

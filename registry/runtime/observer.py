@@ -19,7 +19,7 @@ from registry.core import tracing
 LEFT = "left"  # the worker is stopping: the turn is left to the next worker
 LEASE_LOST = "lease_lost"
 FAILED = "failed"
-ERROR_STOP_REASONS = ("error", "retries_exhausted")
+ERROR_STOP_REASONS = ("retries_exhausted",)
 
 
 @dataclass

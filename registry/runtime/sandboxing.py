@@ -64,7 +64,7 @@ class SandboxUse:
             self.provisioner.sandbox(self.session.resources, catch_up=True)
         except Unprovisioned as failure:
             self.turn.error(failure.error_type, failure.message, retry="terminal")
-            raise TurnEnded({"type": "error"}) from None
+            raise TurnEnded({"type": "retries_exhausted"}) from None
         except (SandboxUnavailable, OSError) as failure:
             logger.warning("session %s: sandbox not ready at turn start: %s", self.session.session_id, failure)
 
@@ -110,7 +110,7 @@ class SandboxUse:
         with transaction.atomic():
             self.turn.tool_result(call, [{"type": "text", "text": cause}], is_error=True)
             self.turn.error(NO_SANDBOX_ERROR, cause, retry="exhausted")
-        raise TurnEnded({"type": "error"})
+        raise TurnEnded({"type": "retries_exhausted"})
 
     def snapshot(self) -> None:
         """After a turn that used the sandbox: its workspace to storage, so any worker can go on."""

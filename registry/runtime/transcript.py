@@ -150,10 +150,15 @@ class ToolWork:
     denied: list[tuple[SessionEvent, SessionEvent]] = field(default_factory=list)  # (call, the confirmation)
 
 
+def answered_calls(events: list[SessionEvent]) -> set[str]:
+    """The ids of the tool calls a result in `events` answers."""
+    return {event.body.get(TOOL_RESULT_FIELDS[event.type]) for event in events if event.type in TOOL_RESULT_FIELDS}
+
+
 def tool_work(events: list[SessionEvent]) -> ToolWork:
     """Calls after the last turn boundary that no result answers yet."""
     boundary = max((index for index, event in enumerate(events) if event.type in BOUNDARY_TYPES), default=-1)
-    answered = {event.body.get(TOOL_RESULT_FIELDS[event.type]) for event in events if event.type in TOOL_RESULT_FIELDS}
+    answered = answered_calls(events)
     confirmations = {event.body["tool_use_id"]: event for event in events if event.type == "user.tool_confirmation"}
     work = ToolWork()
     for call in events[boundary + 1 :]:

@@ -32,7 +32,7 @@ from registry.runtime.model_step import ModelStep
 from registry.runtime.observer import LEASE_LOST, LEFT, TracingObserver, TurnObserver, TurnWatch
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
-from registry.runtime.transcript import awaits_model, latest_outcome, tool_work, turn_graded
+from registry.runtime.transcript import BOUNDARY_TYPES, awaits_model, latest_outcome, tool_work, turn_graded
 from registry.runtime.writer import TurnLog
 from registry.sandbox.interface import SandboxBackend
 from registry.sessions import selectors
@@ -118,17 +118,22 @@ class SessionRunner:
     def _apply(self, batch: list[SessionEvent]) -> None:
         """Acknowledge the batch; an interrupt after the last input cancels the turn it would start.
 
-        The acknowledgment and the turn's start commit together (one commit less before the model call).
+        Calls the new input leaves unanswered get their result first (as the model is shown it). The
+        acknowledgment and the turn's start commit together (one commit less before the model call).
         """
         self.lease.check()
         interrupts = [event for event in batch if event.type == "user.interrupt"]
         inputs = [event for event in batch if event.type != "user.interrupt"]
+        honored = self.session.honors_interrupts
+        closing = any(event.type in BOUNDARY_TYPES and (honored or event.type != "user.interrupt") for event in batch)
         with transaction.atomic():
+            if closing:  # new input or an interrupt closes the calls still open (the transcript does)
+                self.tools.abandon_open(self.logs.read(self.session_id))
             self.turn.acknowledge(batch)
             if interrupts and not self.session.honors_interrupts:
                 self.checkpoints.reject(interrupts)
             elif interrupts and batch[-1].type == "user.interrupt":
-                self.turn.set_status(Status.IDLE, {"type": "interrupted"})
+                self.turn.set_status(Status.IDLE, {"type": "end_turn"})
                 return
             if inputs:
                 self.turn.set_status(Status.RUNNING)
@@ -156,20 +161,22 @@ class SessionRunner:
         self.turn.set_status(Status.RUNNING)
         try:
             self.sandbox.provision()
-            stop_reason = self._advance()
-        except TurnInterrupted as interrupted:
-            self.turn.acknowledge(interrupted.interrupts)
+            stop_reason, details = self._advance(), None
+        except TurnInterrupted as interrupted:  # unwound: the turn ends as a finished one does
+            with transaction.atomic():
+                self.tools.abandon_open(self.logs.read(self.session_id))
+                self.turn.acknowledge(interrupted.interrupts)
             self.grader.interrupted()
-            stop_reason = {"type": "interrupted"}
+            stop_reason, details = {"type": "end_turn"}, None
         except TurnEnded as ended:
-            stop_reason = ended.stop_reason
-        except ModelError as failure:
+            stop_reason, details = ended.stop_reason, ended.details
+        except ModelError as failure:  # reported, then the turn ends as one whose retries ran out
             retry = "exhausted" if failure.retryable else "terminal"
             self.turn.error(failure.kind, failure.message, retry=retry)
-            stop_reason = {"type": "retries_exhausted" if failure.retryable else "error"}
+            stop_reason, details = {"type": "retries_exhausted"}, None
         self.sandbox.snapshot()
         self.turn.add_usage({}, active_seconds=time.monotonic() - started)
-        self.turn.set_status(Status.IDLE, stop_reason)
+        self.turn.set_status(Status.IDLE, stop_reason, details)
         return stop_reason
 
     def _advance(self) -> dict[str, Any]:

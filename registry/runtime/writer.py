@@ -47,12 +47,20 @@ class TurnLog:
     def error(self, kind: str, message: str, *, retry: str, **fields: Any) -> None:
         self.emit("session.error", error_body(kind, message, retry, **fields))
 
-    def set_status(self, status: str, stop_reason: dict[str, Any] | None = None) -> None:
+    def set_status(
+        self, status: str, stop_reason: dict[str, Any] | None = None, stop_details: dict[str, Any] | None = None
+    ) -> None:
         """A transition; staying `running` writes nothing, so it costs no transaction either (an archive
         meanwhile is refused by the next fenced write, which comes before any side effect)."""
         if status == Status.RUNNING == self.status:
             return
-        log.transition(session_id=self.session_id, status=status, stop_reason=stop_reason, fence=self.fence)
+        log.transition(
+            session_id=self.session_id,
+            status=status,
+            stop_reason=stop_reason,
+            stop_details=stop_details,
+            fence=self.fence,
+        )
         self.status = status
 
     def acknowledge(self, events: list[SessionEvent]) -> None:
@@ -89,7 +97,7 @@ def fail_turn(lease: Lease, message: str, *, retry: str) -> None:
     try:
         turn.acknowledge(selectors.pending_events(lease.session_id))
         turn.error("unknown_error", message, retry=retry)
-        turn.set_status(Status.IDLE, {"type": "retries_exhausted" if retry == "exhausted" else "error"})
+        turn.set_status(Status.IDLE, {"type": "retries_exhausted"})
     except LeaseLost:
         logger.info("session %s moved on before its failure could be recorded", lease.session_id)
     except Exception:

@@ -373,17 +373,25 @@ def emit(
 
 
 def transition(
-    *, session_id: str, status: str, stop_reason: dict[str, Any] | None = None, fence: Fence | None = None
+    *,
+    session_id: str,
+    status: str,
+    stop_reason: dict[str, Any] | None = None,
+    stop_details: dict[str, Any] | None = None,
+    fence: Fence | None = None,
 ) -> SessionEvent | None:
     """Move along the lifecycle table and emit the `session.status_*` event in the same transaction.
 
     Under the session row's lock, so an archive and a running turn's last write are ordered: once
     terminated, every later transition raises `SessionTerminated`. A move to the current status is a
     no-op (None). On PostgreSQL a move the table allows (other than to `terminated`) is one statement;
-    what that statement does not take goes the locked way, which decides and raises.
+    what that statement does not take goes the locked way, which decides and raises. A `refusal` stop
+    reason's event carries `stop_details`.
     """
     stop_reason = stop_reason if status == Status.IDLE else None
-    body = {"stop_reason": stop_reason} if status == Status.IDLE else {}
+    body: dict[str, Any] = {"stop_reason": stop_reason} if status == Status.IDLE else {}
+    if status == Status.IDLE and stop_reason is not None and stop_reason["type"] == "refusal":
+        body["stop_details"] = stop_details  # the reference client's refusal details, or null
     event = _visible_event(session_id, STATUS_EVENTS[Status(status)], body, None)
     if (
         _one_statement()

@@ -186,7 +186,7 @@ def test_a_sandbox_that_cannot_start_ends_the_turn_and_the_session_goes_on(model
     assert (
         error["error"]["type"] == "sandbox_unavailable_error" and "could not be prepared" in error["error"]["message"]
     )
-    assert stop_reasons(events) == ["error"] and results(events)[0][1] is True
+    assert stop_reasons(events) == ["retries_exhausted"] and results(events)[0][1] is True
     chat.say("just talk")
     events = chat.wait_idle(2)
     assert text_of(of_type(events, "agent.message")[-1]) == "next turn works"
@@ -220,3 +220,32 @@ def test_file_resources_are_mounted_read_only_with_their_exact_bytes(model, open
             environment_id=environment_id,
             resources=[{"type": "file", "file_id": uploaded.id, "mount_path": "/proc/self/x"}],
         )
+
+
+def test_an_interrupted_tool_call_gets_its_result_in_the_log(model, open_session):
+    model.add(replies.tool_call("bash", {"command": "sleep 30"}), replies.text("not asked"))
+    chat = open_session(tools=[toolset()])
+    chat.say("wait a while")
+    wait_until(lambda: of_type(chat.events(), "agent.tool_use"), timeout=30, what="the tool call")
+    chat.send({"type": "user.interrupt"})
+    events = chat.wait_idle(timeout=20)
+    [use] = of_type(events, "agent.tool_use")
+    [result] = of_type(events, "agent.tool_result")  # exactly one, as the model would see it
+    assert result["tool_use_id"] == use["id"] and result["is_error"] is True
+    assert "abandoned" in result["content"][0]["text"] and stop_reasons(events) == ["end_turn"]
+    assert len(model.requests) == 1
+
+
+def test_a_call_awaiting_confirmation_is_closed_by_a_new_message(model, open_session):
+    model.add(replies.tool_call("bash", {"command": "echo never"}), replies.text("moved on"))
+    chat = open_session(tools=[toolset({"name": "bash", "permission_policy": {"type": "always_ask"}})])
+    chat.say("go")
+    [use] = of_type(chat.wait_idle(), "agent.tool_use")
+    chat.say("never mind")
+    events = chat.wait_idle(2)
+    [result] = of_type(events, "agent.tool_result")
+    assert result["tool_use_id"] == use["id"] and result["is_error"] is True
+    assert "abandoned" in result["content"][0]["text"]
+    closed = [block for message in transcript(model.requests[1].body) for block in message["content"]]
+    assert [block["tool_use_id"] for block in closed if block["type"] == "tool_result"] == [use["id"]]
+    assert text_of(of_type(events, "agent.message")[-1]) == "moved on"

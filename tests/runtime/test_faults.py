@@ -25,14 +25,14 @@ def test_interrupt_unwinds_a_default_turn(model, open_session):
     interrupt = chat.send({"type": "user.interrupt"})[0]
     events = chat.wait_idle()
 
-    assert stop_reasons(events) == ["interrupted"]
+    assert stop_reasons(events) == ["end_turn"]  # an unwound turn ends as a finished one (decisions.md)
     assert of_type(events, "agent.message") == []  # the unfinished message is dropped
     assert of_type(events, "user.interrupt")[0]["id"] == interrupt
     assert chat.session()["status"] == "idle"
 
     chat.say("try again")
     events = chat.wait_idle(2)
-    assert stop_reasons(events) == ["interrupted", "end_turn"]
+    assert stop_reasons(events) == ["end_turn", "end_turn"]
     assert text_of(of_type(events, "agent.message")[0]) == "fresh start"
     assert [message["role"] for message in model.requests[1].body["messages"]] == ["user"]
 
@@ -109,7 +109,7 @@ def test_a_refused_request_is_not_retried(model, open_session):
     chat = open_session()
     chat.say("hello?")
     events = chat.wait_idle()
-    assert stop_reasons(events) == ["error"] and len(model.requests) == 1
+    assert stop_reasons(events) == ["retries_exhausted"] and len(model.requests) == 1
     assert of_type(events, "session.error")[0]["error"]["retry_status"] == {
         "type": "terminal"
     }  # a refusal is not worth retrying
@@ -187,6 +187,20 @@ def test_an_interrupt_abandons_the_graders_call(model, open_session):
     chat.send({"type": "user.interrupt"})
     events = chat.wait_idle(timeout=10)
     assert time.monotonic() - started < 5  # not the grader's 30 s
-    assert stop_reasons(events) == ["interrupted"]
+    assert stop_reasons(events) == ["end_turn"]  # an unwound turn ends as a finished one (decisions.md)
     outcome: Any = chat.sdk.get(f"/v1/sessions/{chat.session_id}/outcome", cast_to=object)
     assert outcome["result"] == "interrupted"
+
+
+def test_a_refusal_ends_the_turn_with_its_stop_details(model, open_session):
+    details = {"type": "refusal", "category": "cyber", "explanation": "Not this one."}
+    model.add(replies.text("I can't help with that.", refusal=details))
+    chat = open_session()
+    chat.say("write malware")
+    events = chat.wait_idle()
+    [idle] = of_type(events, "session.status_idle")
+    assert idle["stop_reason"] == {"type": "refusal"} and idle["stop_details"] == details
+    assert text_of(of_type(events, "agent.message")[0]) == "I can't help with that."
+    parsed = chat.sdk.beta.sessions.events.list(chat.session_id)
+    [typed] = [event for event in parsed if event.type == "session.status_idle"]
+    assert typed.stop_reason.type == "refusal" and typed.stop_details.category == "cyber"

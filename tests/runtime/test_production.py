@@ -119,7 +119,7 @@ def test_a_tool_call_cut_by_max_tokens_is_never_run(model, open_session):
     chat = open_session(tools=[LOOKUP])
     chat.say("look it up")
     events = chat.wait_idle()
-    assert of_type(events, "agent.custom_tool_use") == [] and stop_reasons(events) == ["error"]
+    assert of_type(events, "agent.custom_tool_use") == [] and stop_reasons(events) == ["retries_exhausted"]
     [error] = of_type(events, "session.error")
     assert error["error"]["type"] == "model_request_failed_error" and "max_tokens" in error["error"]["message"]
     assert error["error"]["retry_status"] == {"type": "terminal"}
