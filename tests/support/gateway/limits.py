@@ -42,18 +42,20 @@ def document(
     }
 
 
-def redis_limiter(url: str, failure_mode: str = "deny") -> dict[str, Any]:
-    """A `redis_window` rate limiter with a key prefix of its own."""
-    return {
-        "rate_limiter": {
-            "name": "shared",
-            "kind": "redis_window",
-            "url": url,
-            "key_prefix": f"test:{uuid.uuid4().hex}:",
-            "failure_mode": failure_mode,
-            "retry_interval_ms": 50,
-        }
+def redis_limiter(url: str, failure_mode: str = "deny", *, timeout_ms: int | None = None) -> dict[str, Any]:
+    """A `redis_window` rate limiter with a key prefix of its own (`timeout_ms`: per Redis call, when a
+    test's burst must not read a loaded machine's slow answer as an outage)."""
+    limiter = {
+        "name": "shared",
+        "kind": "redis_window",
+        "url": url,
+        "key_prefix": f"test:{uuid.uuid4().hex}:",
+        "failure_mode": failure_mode,
+        "retry_interval_ms": 50,
     }
+    if timeout_ms is not None:
+        limiter["timeout_ms"] = timeout_ms
+    return {"rate_limiter": limiter}
 
 
 def chat(url: str, **headers: str) -> httpx.Response:
