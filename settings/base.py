@@ -135,6 +135,8 @@ def database_settings(url: str) -> dict[str, Any]:
         # whole workspace (8 ms for 10,000 agents) instead of walking the list index (0.05 ms).
         config["OPTIONS"] = {"pool": pool, "options": "-c plan_cache_mode=force_custom_plan"}
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        if config["NAME"] != ":memory:":  # a fresh clone has no var/ yet: `manage.py migrate` makes it
+            Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
         config["CONN_MAX_AGE"] = 0
         config["OPTIONS"] = {
             "timeout": 20,

@@ -103,14 +103,18 @@ def read_yaml_file(path: str, what: str, error: Callable[[str], Exception]) -> A
         raise error(f"cannot read {what} {path}: {problem}") from None
 
 
-def load_config_file(path: str) -> LoadedConfig:
-    """Read, expand and validate the config file at `path`, logging its warnings."""
+def load_config_file(path: str, server: dict[str, str] | None = None) -> LoadedConfig:
+    """Read, expand and validate the config file at `path`, logging its warnings; `server` overrides keys of
+    its `server` section (the listeners a command line moves: `listen`, `admin_listen`)."""
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as error:
         raise ConfigError([f"(file): cannot read {path}: {error.strerror}"]) from None
-    loaded = validate_document(parse_text(text), base_dir=os.path.dirname(os.path.abspath(path)), source=path)
+    document = parse_text(text)
+    if server and isinstance(document, dict) and LEGACY_KEY not in document:
+        document["server"] = {**(document.get("server") or {}), **server}
+    loaded = validate_document(document, base_dir=os.path.dirname(os.path.abspath(path)), source=path)
     for warning in loaded.warnings:
         logger.warning("%s", warning)
     return loaded

@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
-from registry.runtime.lease import Lease, LeaseLost
+from registry.runtime.lease import Lease
 from registry.runtime.writer import TurnLog
 from registry.sessions import selectors
+from registry.sessions.log import SessionTerminated
 from registry.sessions.models import SessionEvent
 
 Result = TypeVar("Result")
@@ -62,7 +63,7 @@ class Checkpoints:
         """Stop for shutdown, a lost lease, or an interrupt; the database is asked at most every
         `check_seconds` unless a notification drew attention."""
         if self.stopping.is_set():
-            raise WorkerStopping()
+            raise WorkerStopping("the worker is stopping; another worker takes the turn over")
         self.lease.check()
         now = time.monotonic()
         if not (force or self.attention.is_set()) and now - self._last_check < self.check_seconds:
@@ -70,7 +71,7 @@ class Checkpoints:
         self.attention.clear()
         self._last_check = now
         if not selectors.session_is_live(self.lease.session_id):
-            raise LeaseLost(self.lease.session_id)
+            raise SessionTerminated(f"session {self.lease.session_id} was archived, terminated or deleted")
         interrupts = selectors.pending_events(self.lease.session_id, types=("user.interrupt",))
         if interrupts and self.honors_interrupts:
             raise TurnInterrupted(interrupts)

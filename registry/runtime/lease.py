@@ -44,7 +44,7 @@ class Lease:
     def check(self) -> None:
         if self.lost.is_set() or time.monotonic() > self.trusted_until():
             self.lost.set()
-            raise LeaseLost(self.session_id)
+            raise LeaseLost(f"session {self.session_id}: this worker's lease was lost or could not be renewed in time")
 
     def release(self, *, keep_attempt: bool = True) -> None:
         """Give the session back; a turn left for another worker on shutdown does not count as an attempt."""

@@ -43,3 +43,17 @@ def stage(file: File, staging: Path) -> Path:
     os.chmod(copy.name, 0o444)
     os.replace(copy.name, target)
     return target
+
+
+def files_prompt(*, workspace_id: str, resources: list[dict[str, Any]]) -> str | None:
+    """The system prompt's files section: each mounted file's path, name and media type (read-only)."""
+    lines = []
+    for resource in resources:
+        if resource["type"] != "file":
+            continue
+        file = file_in_workspace(workspace_id=workspace_id, file_id=resource["file_id"])
+        if file is not None and not file.expired:
+            lines.append(f"- {resource['mount_path']}: {file.filename} ({file.mime_type}, {file.size_bytes} bytes)")
+    if not lines:
+        return None
+    return "\n".join(["# Files", "These files are mounted read-only in your sandbox:", *lines])

@@ -20,7 +20,7 @@ from typing import Any
 
 from registry.runtime import repositories
 from registry.runtime.memory_mounts import MemoryMount, SyncReport, memory_prompt
-from registry.runtime.mounts import file_mounts
+from registry.runtime.mounts import file_mounts, files_prompt
 from registry.runtime.secrets import session_injections
 from registry.runtime.skill_mounts import SkillsUnavailable, agent_skills, skills_prompt
 from registry.sandbox.egress import NetworkPolicy
@@ -70,7 +70,11 @@ class Provisioner:
 
     # -- the system prompt ---------------------------------------------------------------------
     def prompt_sections(self, resources: list[dict[str, Any]]) -> list[str]:
-        sections = [memory_prompt(resources)]
+        sections = [
+            repositories.repositories_prompt(resources),
+            files_prompt(workspace_id=self.setup.workspace_id, resources=resources),
+            memory_prompt(resources),
+        ]
         with contextlib.suppress(SkillsUnavailable, SandboxUnavailable):  # reported when the sandbox is provisioned
             sections.append(skills_prompt(agent_skills(**self._skill_args())))
         return [section for section in sections if section]

@@ -168,8 +168,22 @@ class Git:
         detail = next((line for line in reversed(stderr.splitlines()) if line.strip()), "no output")
         for secret in self.secrets:
             detail = detail.replace(secret, "[redacted]")
-        detail = detail.replace(self.url, self.public_url)
+        detail = self._as_given(detail)
         return RepositoryError(error_type, f"{LEADS[error_type].format(url=self.public_url)} (git: {detail.strip()})")
+
+    def _as_given(self, text: str) -> str:
+        """`text` naming the URL the user gave where git named the one its configuration rewrote it to
+        (an operator's `insteadOf` mirror), whole or just its origin."""
+        rewritten = self._run(("ls-remote", "--get-url", self.url), self.local_env).strip() or self.url
+        public = self.public_url
+        for seen, given in ((rewritten, public), (self.url, public), (_origin(rewritten), _origin(public))):
+            text = text.replace(seen, given)
+        return text
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _bare(git: Git, cache: Path) -> Path:
@@ -263,3 +277,24 @@ def _hand_over(git: Git, tree: Path, place: Placement, *, branch: str | None, ow
             place_tree(copy, place.root, place.relative, owner=owner_uid)
     finally:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def repositories_prompt(resources: list[dict[str, Any]]) -> str | None:
+    """The system prompt's repositories section: each repository's mount path, URL as given and checkout."""
+    lines = [
+        f"- {resource['mount_path']}: a clone of {resource['url']}, {_checkout_named(resource.get('checkout'))}"
+        for resource in resources
+        if resource["type"] == "github_repository"
+    ]
+    if not lines:
+        return None
+    intro = "These git repositories are cloned in your sandbox (work in them with your tools; git works there):"
+    return "\n".join(["# Repositories", intro, *lines])
+
+
+def _checkout_named(checkout: dict[str, Any] | None) -> str:
+    if checkout and checkout["type"] == "commit":
+        return f"commit {checkout['sha']} checked out (detached HEAD)"
+    if checkout:
+        return f"branch {checkout['name']} checked out"
+    return "its default branch checked out"

@@ -310,7 +310,7 @@ class Worker:
                 left_for_another = isinstance(reason, WorkerStopping)
                 if lease.lost.is_set():
                     LEASE_LOSSES.inc()
-                logger.info("left session %s: %s", lease.session_id, type(reason).__name__)
+                logger.info("left session %s: %s", lease.session_id, reason)
             except Exception:
                 logger.exception("session %s failed", lease.session_id)
                 fail_turn(lease, "The runtime failed to run this turn.", retry="exhausted")

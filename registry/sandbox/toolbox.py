@@ -55,8 +55,12 @@ def edit(request):
     text = path.read_text(encoding="utf-8")
     count = text.count(request["old_string"])
     if count == 0 or (count > 1 and not request.get("replace_all")):
-        detail = "not found" if count == 0 else f"found {count} times; give more context or set replace_all"
-        return f"old_string {detail} in {path} ({count} matches).", True
+        if count == 0:
+            return f"old_string was not found in {path}.", True
+        return (
+            f"old_string occurs {count} times in {path}; give more context to make it unique, or set replace_all.",
+            True,
+        )
     replaced = text.replace(request["old_string"], request["new_string"], -1 if request.get("replace_all") else 1)
     path.write_text(replaced, encoding="utf-8")
     return f"Replaced {count if request.get('replace_all') else 1} occurrence(s) in {path}.", False

@@ -60,7 +60,8 @@ class LeaseLost(Exception):
 
 
 class SessionTerminated(LeaseLost):
-    """A transition was asked of a terminated session: `terminated` is final."""
+    """The session ended under the writer (archived, terminated or deleted), or a transition was asked of a
+    terminated session: `terminated` is final."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,10 @@ class Claim:
 def _check_fence(session_id: str, found: Session | None, fence: Fence | None) -> None:
     """Raise `LeaseLost` when the session is gone, or the fence no longer holds it."""
     if found is None:
-        raise LeaseLost(f"session {session_id} no longer exists")
-    if fence is not None and (
-        found.lease_owner != fence.owner or found.lease_token != fence.token or found.status == Status.TERMINATED
-    ):
+        raise SessionTerminated(f"session {session_id} was deleted")
+    if fence is not None and found.status == Status.TERMINATED:
+        raise SessionTerminated(f"session {session_id} was archived or terminated")
+    if fence is not None and (found.lease_owner != fence.owner or found.lease_token != fence.token):
         raise LeaseLost(f"session {session_id} is no longer held by {fence.owner} (token {fence.token})")
 
 

@@ -100,7 +100,13 @@ class CheckoutSerializer(StrictSerializer):
 
 class GitHubRepositoryResourceSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["github_repository"])
-    url = serializers.RegexField(r"^https://[^\s/]+/[^\s]+$", max_length=2048)
+    url = serializers.RegexField(
+        r"^https://[^\s/]+/[^\s]+$",
+        max_length=2048,
+        error_messages={
+            "invalid": "must be an https:// URL of a repository (https is required), like https://github.com/owner/name"
+        },
+    )
     authorization_token = StrictCharField(required=False, max_length=4096, write_only=True)
     checkout = CheckoutSerializer(required=False, allow_null=True)
     mount_path = StrictCharField(required=False, allow_null=True, max_length=1024, validators=[validate_mount_path])

@@ -131,3 +131,13 @@ def test_terminated_session_refuses_changes(sdk):
         sdk.beta.sessions.resources.add(session.id, type="file", file_id=uploaded.id)
     with pytest.raises(anthropic.NotFoundError):
         sdk.beta.sessions.resources.list("sesn_missing")
+
+
+def test_a_plain_http_repository_url_is_refused_saying_https_is_required(sdk):
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        new_session(sdk, resources=[{"type": "github_repository", "url": "http://git.example/acme/tool"}])
+    error = error_of(refused.value)
+    assert error["type"] == "invalid_request_error"
+    assert "https is required" in error["message"] and "resources" in error["message"], error
+    assert "pattern" not in error["message"]
+    assert Session.objects.count() == 0

@@ -25,13 +25,14 @@ pytestmark = [pytest.mark.e2e]
 
 @pytest.fixture
 def embedded_registry(fake_model: FakeModel, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """daphne on a fresh SQLite file with the runtime embedded; yields (url, a workspace key)."""
+    """daphne on a fresh SQLite file with the runtime embedded; yields (url, a workspace key). The data
+    folder does not exist yet, as in a fresh clone: `migrate` makes it."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "settings.base",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'registry.sqlite3'}",
+        "DATABASE_URL": "",
         "REDIS_URL": "",
-        "REGISTRY_DATA_DIR": str(tmp_path),
+        "REGISTRY_DATA_DIR": str(tmp_path / "var"),
         "REGISTRY_RUNTIME_EMBEDDED": "1",
         "REGISTRY_MODEL_BASE_URL": fake_model.url,
     }

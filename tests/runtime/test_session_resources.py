@@ -177,6 +177,9 @@ def test_a_file_added_to_a_live_session_is_mounted_before_the_next_tool_call(mod
     (before, _), (after, after_error) = outputs(events)
     assert "late.txt" not in before
     assert after == "arrived late\nbefore\nexit code: 0" and not after_error
+    assert "/data/late.txt" not in system_text(model.requests[0].body)
+    files_section = system_text(model.requests[-1].body).partition("# Files")[2]
+    assert "- /data/late.txt: late.txt (text/plain, 12 bytes)" in files_section
 
 
 @pytest.fixture
@@ -238,6 +241,11 @@ def test_repositories_are_cloned_outside_the_sandbox(
     assert contents == "version two\nfeature work\nversion one\nexit code: 0"
     assert REPO_TOKEN not in leak_check and leak_check.endswith("0\nexit code: 0")
     assert REPO_TOKEN not in str(events) and of_type(events, "session.error") == []
+    system = system_text(model.requests[0].body)
+    assert f"- /workspace/tool: a clone of {url}, its default branch checked out" in system
+    assert f"- /workspace/branch: a clone of {url}, branch feature checked out" in system
+    assert f"- /srv/old: a clone of {url}, commit {old} checked out" in system
+    assert REPO_TOKEN not in system and git_server.url not in system
 
     failures: dict[str, dict] = {
         "repository_authentication_error": {"type": "github_repository", "url": url, "authorization_token": "wrong"},
@@ -265,6 +273,7 @@ def test_repositories_are_cloned_outside_the_sandbox(
         assert error["error"]["type"] == error_type, error
         assert outputs(events) == [("still usable\nexit code: 0", False)]
         assert "wrong" not in error["error"]["message"]
+        assert resource["url"] in error["error"]["message"] and git_server.url not in error["error"]["message"]
 
 
 @pytest.fixture

@@ -148,7 +148,12 @@ def test_file_tools(sandbox_for):
     assert not run_tool(box, "write", {"file_path": "src/a.py", "content": "one\ntwo\nthree\n"}).is_error
     assert text(run_tool(box, "read", {"file_path": "src/a.py", "view_range": [2, 0]})) == "2\ttwo\n3\tthree"
     twice = run_tool(box, "edit", {"file_path": "src/a.py", "old_string": "t", "new_string": "T"})
-    assert twice.is_error and "2 matches" in text(twice)
+    assert twice.is_error
+    assert text(twice) == (
+        "old_string occurs 2 times in /workspace/src/a.py; give more context to make it unique, or set replace_all."
+    )
+    missing = run_tool(box, "edit", {"file_path": "src/a.py", "old_string": "four", "new_string": "4"})
+    assert missing.is_error and text(missing) == "old_string was not found in /workspace/src/a.py."
     assert not run_tool(
         box, "edit", {"file_path": "src/a.py", "old_string": "t", "new_string": "T", "replace_all": True}
     ).is_error

@@ -103,15 +103,16 @@ def test_a_superseded_fence_is_refused_by_every_write(sessions: list[str]) -> No
         lambda fence: log.record_evaluation(session_id=session_id, evaluation={"outcome_id": "o"}, fence=fence),
     ]
     for write in writes:
-        with pytest.raises(log.LeaseLost):
+        with pytest.raises(log.LeaseLost, match="no longer held") as taken_over:
             write(stale)
+        assert not isinstance(taken_over.value, log.SessionTerminated)
     assert state(session_id)["log"] == [(None, "user.message", {"content": TEXT})]
     for write in writes:
         write(claim.fence)
     log.transition(session_id=session_id, status="terminated")  # the API's archive: final for the holder
-    with pytest.raises(log.LeaseLost):
+    with pytest.raises(log.SessionTerminated, match="archived or terminated"):  # the turn ends, not a lost lease
         log.emit(session_id=session_id, type="agent.message", body={}, fence=claim.fence)
-    with pytest.raises(log.LeaseLost):
+    with pytest.raises(log.SessionTerminated, match="deleted"):
         log.emit(session_id="sesn_gone", type="agent.message", body={})
 
 

@@ -1,7 +1,12 @@
 """`manage.py up`: every process of DESIGN.md's table in one process group (development only).
 
 Migrates, creates a demo workspace on first start (printing its key once), then runs the registry
-(daphne) and every other process that exists, until Ctrl-C or SIGTERM stops them all.
+(daphne) and every other process that exists, until Ctrl-C or SIGTERM stops them all. Every port it
+binds moves with a flag or a variable: the registry (`--port`, `REGISTRY_PORT`, 8000), the gateway's data
+and admin planes (`--gateway-port`, `GATEWAY_PORT`, 8080; `--gateway-admin-port`, `GATEWAY_ADMIN_PORT`,
+9099) and the health servers of runsessions and runtriggers (`--sessions-health-port`,
+`--triggers-health-port`: 9100 and 9101; 0 = a free port, `off` = none). The runtime's model calls follow
+the gateway's port unless `REGISTRY_MODEL_BASE_URL` says otherwise.
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--port", type=int, default=int(os.environ.get("REGISTRY_PORT") or 8000))
+        parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("GATEWAY_PORT") or 8080))
+        parser.add_argument("--gateway-admin-port", type=int, default=int(os.environ.get("GATEWAY_ADMIN_PORT") or 9099))
+        parser.add_argument("--sessions-health-port", default="9100", help="a port, 0 (a free one) or off")
+        parser.add_argument("--triggers-health-port", default="9101", help="a port, 0 (a free one) or off")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -37,10 +46,12 @@ class Command(BaseCommand):
         registry_url = f"http://{options['host']}:{options['port']}"
         self.stdout.write(f"Registry: {registry_url}  (OpenAPI: {registry_url}/openapi.json)")
         os.environ.setdefault("VAULT__DEMO__VENDOR_B", "placeholder-set-VAULT__DEMO__VENDOR_B")
+        os.environ.setdefault("REGISTRY_MODEL_BASE_URL", f"http://127.0.0.1:{options['gateway_port']}")
+        self.stdout.write(f"Gateway: http://127.0.0.1:{options['gateway_port']}")
         if self.embedded_runtime():
             os.environ["REGISTRY_RUNTIME_EMBEDDED"] = "1"
             self.stdout.write("Session runtime: embedded in the registry process (SQLite, in-memory channel layer)")
-        processes = [subprocess.Popen(command) for command in self.process_commands(options)]
+        processes = [subprocess.Popen(command, env=env) for command, env in self.process_commands(options)]
         self.wait(processes)
 
     def ensure_demo_workspace(self) -> None:
@@ -60,28 +71,30 @@ class Command(BaseCommand):
         """On the embedded default (SQLite, no Redis) the runtime runs inside daphne, so deltas reach streams."""
         return connection.vendor == "sqlite" and not settings.REDIS_URL
 
-    def process_commands(self, options: dict[str, Any]) -> list[list[str]]:
-        """The registry, plus every other process of the table whose command exists."""
+    def process_commands(self, options: dict[str, Any]) -> list[tuple[list[str], dict[str, str]]]:
+        """The registry, plus every other process of the table whose command exists, each with its
+        environment."""
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        commands = [
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                options["host"],
-                "-p",
-                str(options["port"]),
-                "settings.asgi:application",
-            ]
-        ]
-        available = get_commands()
+        daphne = [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"])]
+        commands = [([*daphne, "settings.asgi:application"], dict(os.environ))]
         demo_config = str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml")
-        for name, extra in (("runsessions", []), ("runtriggers", []), ("rungateway", ["--config", demo_config])):
+        gateway = [
+            "--config",
+            demo_config,
+            f"--listen=127.0.0.1:{options['gateway_port']}",
+            f"--admin-listen=127.0.0.1:{options['gateway_admin_port']}",
+        ]
+        others: tuple[tuple[str, list[str], dict[str, str]], ...] = (
+            ("runsessions", [], {"REGISTRY_HEALTH_PORT": options["sessions_health_port"]}),
+            ("runtriggers", [], {"REGISTRY_HEALTH_PORT": options["triggers_health_port"]}),
+            ("rungateway", gateway, {}),
+        )
+        available = get_commands()
+        for name, extra, env in others:
             if name == "runsessions" and self.embedded_runtime():
                 continue
             if name in available:
-                commands.append([*manage, name, *extra])
+                commands.append(([*manage, name, *extra], {**os.environ, **env}))
         return commands
 
     @staticmethod
