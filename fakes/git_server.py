@@ -66,9 +66,10 @@ class Repository:
 
 class GitServer(LoopbackHttpServer):
     """Serves the bare repositories under its root at `<url>/<name>.git` (or without `.git`, as GitHub
-    does) to whoever sends `token` as the Basic password; `forbidden` names get a 403. Serving once made."""
+    does) to whoever sends `token` as the Basic password (to anyone when `token` is None, as a public
+    repository is); `forbidden` names get a 403. Serving once made."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str | None) -> None:
         super().__init__(GitHandler)
         self.token = token
         self.root = Path(tempfile.mkdtemp(prefix="git-server-"))
@@ -114,6 +115,8 @@ class GitServer(LoopbackHttpServer):
         self._backend(handler, f"/{name}.git{suffix}", query, body)
 
     def _authorized(self, header: str) -> bool:
+        if self.token is None:
+            return True
         scheme, _, encoded = header.partition(" ")
         if scheme != "Basic":
             return False

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from registry.core.callers import Caller
 from registry.workspaces.models import Workspace
 from registry.workspaces.selectors import api_key_for_plaintext
-from registry.workspaces.services import api_key_mark_used
+from registry.workspaces.services import KEY_PREFIX, api_key_mark_used
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class WorkspaceAuthentication(authentication.BaseAuthentication):
         token = oidc.get_access_token(request)
         if token is None:
             return None
+        if token.startswith(KEY_PREFIX):  # the SDK's `api_key` goes out as a Bearer token: say where a key goes
+            raise exceptions.AuthenticationFailed(
+                "A workspace API key is sent in the x-api-key header, not as Authorization: Bearer (with the "
+                'anthropic client: default_headers={"x-api-key": KEY} and api_key unset).'
+            )
         try:
             result = oidc.authenticate(request)
         except RequestException as error:

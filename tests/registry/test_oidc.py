@@ -144,7 +144,9 @@ def test_expired_token_is_rejected(oidc: RunningProvider, tenant: Tenant) -> Non
 def test_workspace_api_key_as_bearer_is_rejected(oidc: RunningProvider, tenant: Tenant) -> None:
     client = client_with(HTTP_AUTHORIZATION=bearer(tenant.api_key))
 
-    assert_unauthenticated(client.get("/v1/agents"))
+    answer = client.get("/v1/agents")
+    assert_unauthenticated(answer)
+    assert "x-api-key header" in answer.json()["error"]["message"]  # says where a workspace key goes
 
 
 def test_invalid_api_key_decides_alone_over_a_valid_bearer(oidc: RunningProvider, tenant: Tenant) -> None:

@@ -1,12 +1,14 @@
 """`manage.py up`: every process of DESIGN.md's table in one process group (development only).
 
 Migrates, creates a demo workspace on first start (printing its key once), then runs the registry
-(daphne) and every other process that exists, until Ctrl-C or SIGTERM stops them all. Every port it
-binds moves with a flag or a variable: the registry (`--port`, `REGISTRY_PORT`, 8000), the gateway's data
-and admin planes (`--gateway-port`, `GATEWAY_PORT`, 8080; `--gateway-admin-port`, `GATEWAY_ADMIN_PORT`,
-9099) and the health servers of runsessions and runtriggers (`--sessions-health-port`,
-`--triggers-health-port`: 9100 and 9101; 0 = a free port, `off` = none). The runtime's model calls follow
-the gateway's port unless `REGISTRY_MODEL_BASE_URL` says otherwise.
+(daphne) and every other process that exists, until Ctrl-C or SIGTERM stops them all.
+
+Every port it binds moves with a flag or a variable: the registry (`--port`, `REGISTRY_PORT`, 8000),
+the gateway's data and admin planes (`--gateway-port`, `GATEWAY_PORT`, 8080; `--gateway-admin-port`,
+`GATEWAY_ADMIN_PORT`, 9099) and the health servers of runsessions and runtriggers
+(`--sessions-health-port`, `--triggers-health-port`: 9100 and 9101; 0 = a free port, `off` = none). The
+gateway's config is `--gateway-config` (`GATEWAY_CONFIG`, default `examples/gateway/demo.yaml`). The
+runtime's model calls follow the gateway's port unless `REGISTRY_MODEL_BASE_URL` says otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("REGISTRY_PORT") or 8000))
         parser.add_argument("--gateway-port", type=int, default=int(os.environ.get("GATEWAY_PORT") or 8080))
         parser.add_argument("--gateway-admin-port", type=int, default=int(os.environ.get("GATEWAY_ADMIN_PORT") or 9099))
+        parser.add_argument(
+            "--gateway-config",
+            default=os.environ.get("GATEWAY_CONFIG") or str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml"),
+            help="the gateway's YAML config (default: examples/gateway/demo.yaml)",
+        )
         parser.add_argument("--sessions-health-port", default="9100", help="a port, 0 (a free one) or off")
         parser.add_argument("--triggers-health-port", default="9101", help="a port, 0 (a free one) or off")
 
@@ -77,10 +84,9 @@ class Command(BaseCommand):
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         daphne = [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"])]
         commands = [([*daphne, "settings.asgi:application"], dict(os.environ))]
-        demo_config = str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml")
         gateway = [
             "--config",
-            demo_config,
+            options["gateway_config"],
             f"--listen=127.0.0.1:{options['gateway_port']}",
             f"--admin-listen=127.0.0.1:{options['gateway_admin_port']}",
         ]
