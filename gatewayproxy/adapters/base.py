@@ -85,6 +85,11 @@ class Adapter:
         """The upstream call for a native-shape body."""
         raise NotImplementedError
 
+    def embeds_one_text_per_call(self, model: Any) -> bool:
+        """Whether an embedding model (`model`: as the client asked) takes one text per call, so that a list of
+        inputs is sent as one call per text (a fan-out)."""
+        return False
+
     def stream_decoder(self, operation: Operation, model: Any) -> StreamDecoder:
         """How this destination frames streamed events, as events of `shape_for` (SSE unless overridden)."""
         return SseDecoder()

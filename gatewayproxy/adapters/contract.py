@@ -7,8 +7,11 @@ says, field by field, what is carried, emulated or refused; this module is that 
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Collection
+from typing import Any, NamedTuple
 
+from gatewayproxy.adapters.translate import CHAT_TO_MESSAGES_EFFORT, MESSAGES_TO_CHAT_EFFORT
 from gatewayproxy.errors import ErrorCode, GatewayError
 
 # Chat-completions fields a messages-shaped target has no counterpart for.
@@ -66,53 +69,92 @@ CARRIED_TOWARDS_CHAT = frozenset(
         "tool_choice",
         "metadata",
         "thinking",
+        "output_config",
     }
 )
 # `n` towards a messages-shaped target is one upstream call per choice, at most this many.
 MAX_FAN_OUT = 16
 # Content parts of chat messages that have no messages-shaped block.
-REFUSED_CHAT_PARTS = {"input_audio": "input_audio"}
+REFUSED_CHAT_PARTS = frozenset({"input_audio"})
+# The path of one content part, at the start of the path of anything refused inside it.
+PART_PATH = re.compile(r"messages\[\d+\]\.content\[\d+\]")
 
 
-def _part_problems(body: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, path) of chat content parts a messages-shaped target cannot carry."""
+class Refusal(NamedTuple):
+    """A field the other shape cannot carry: its `name` (as `x-gateway-dropped-params` lists it), its `path` in the
+    body (the error's `param`), and what it is, for the error message (`an input_audio part`)."""
+
+    name: str
+    path: str
+    what: str = ""
+
+
+def _part_problems(body: dict[str, Any]) -> list[Refusal]:
+    """Chat content parts a messages-shaped target cannot carry."""
     found = []
     for position, message in enumerate(body.get("messages") or []):
         content = message.get("content") if isinstance(message, dict) else None
         for index, part in enumerate(content if isinstance(content, list) else []):
             kind = part.get("type") if isinstance(part, dict) else None
+            path = f"messages[{position}].content[{index}]"
             if kind in REFUSED_CHAT_PARTS:
-                found.append((REFUSED_CHAT_PARTS[kind], f"messages[{position}].content[{index}]"))
+                found.append(Refusal(str(kind), path, f"an {kind} part"))
             elif kind == "file" and not str((part.get("file") or {}).get("file_data", "")).startswith("data:"):
-                found.append(("file_id", f"messages[{position}].content[{index}].file.file_id"))
+                found.append(Refusal("file_id", f"{path}.file.file_id", "a file part by file_id"))
     return found
 
 
-def _block_problems(body: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, path) of messages blocks a chat-shaped target cannot carry: URL documents (the gateway never
-    fetches a client's URL itself, and chat file parts take only inline data)."""
+def _block_problems(body: dict[str, Any]) -> list[Refusal]:
+    """Messages blocks a chat-shaped target cannot carry: documents by URL or file id (the gateway never fetches a
+    client's URL itself, and chat file parts take only inline data)."""
     found = []
     for position, message in enumerate(body.get("messages") or []):
         content = message.get("content") if isinstance(message, dict) else None
         for index, block in enumerate(content if isinstance(content, list) else []):
-            if not isinstance(block, dict):
+            if not isinstance(block, dict) or block.get("type") != "document":
                 continue
             source: dict = block["source"] if isinstance(block.get("source"), dict) else {}
-            if block.get("type") == "document" and source.get("type") not in ("base64", "text"):
-                found.append(("document", f"messages[{position}].content[{index}].source"))
+            kind = source.get("type")
+            if kind not in ("base64", "text"):
+                what = f"a document block with a {kind} source" if kind else "a document block without a source"
+                found.append(Refusal("document", f"messages[{position}].content[{index}].source", what))
     return found
 
 
-def refusals(body: dict[str, Any], towards_messages: bool) -> list[tuple[str, str]]:
-    """(name, path) of every field of `body` the other shape cannot carry, in body order."""
+def _level_problem(path: str, value: Any, levels: Collection[str]) -> list[Refusal]:
+    """An effort level with no counterpart in the other shape (none when it is absent or has one)."""
+    if value is None or (isinstance(value, str) and value in levels):
+        return []
+    return [Refusal(path, path, f"the level {value!r}, not one of {', '.join(levels)}")]
+
+
+def _output_config_problems(body: dict[str, Any]) -> list[Refusal]:
+    """What of a messages `output_config` a chat-shaped target cannot carry: anything but a mapped `effort`."""
+    config = body.get("output_config")
+    if config is None:
+        return []
+    if not isinstance(config, dict):
+        return [Refusal("output_config", "output_config", "not an object")]
+    found = [
+        Refusal(f"output_config.{key}", f"output_config.{key}")
+        for key, value in config.items()
+        if key != "effort" and value is not None
+    ]
+    return found + _level_problem("output_config.effort", config.get("effort"), MESSAGES_TO_CHAT_EFFORT)
+
+
+def refusals(body: dict[str, Any], towards_messages: bool) -> list[Refusal]:
+    """Every field of `body` the other shape cannot carry, in body order."""
     carried = CARRIED_TOWARDS_MESSAGES if towards_messages else CARRIED_TOWARDS_CHAT
     # A field left at its "off" value (null, false) asks for nothing and passes.
-    found = [(key, key) for key in body if key not in carried and body[key] is not None and body[key] is not False]
+    found = [
+        Refusal(key, key) for key in body if key not in carried and body[key] is not None and body[key] is not False
+    ]
     if towards_messages:
-        if body.get("n") not in (None, 1) and body.get("stream") is True:
-            found.append(("n", "n"))  # n > 1 is fanned out for JSON answers only; a stream carries one choice
+        found += _level_problem("reasoning_effort", body.get("reasoning_effort"), CHAT_TO_MESSAGES_EFFORT)
         found += _part_problems(body)
     else:
+        found += _output_config_problems(body)
         found += _block_problems(body)
     return found
 
@@ -145,27 +187,25 @@ def refuse_background(body: dict[str, Any]) -> None:
         )
 
 
-def _without_parts(body: dict[str, Any], towards_messages: bool) -> dict[str, Any]:
-    """`body` with the refused content parts dropped (lenient routes)."""
+def _without(body: dict[str, Any], paths: set[str]) -> dict[str, Any]:
+    """`body` without the fields, `output_config` entries and content parts at `paths` (lenient routes)."""
+    kept = {key: value for key, value in body.items() if key not in paths}
+    if isinstance(kept.get("output_config"), dict):
+        config = kept["output_config"]
+        kept["output_config"] = {key: value for key, value in config.items() if f"output_config.{key}" not in paths}
+    parts = {found.group(0) for path in paths if (found := PART_PATH.match(path))}
+    if not parts:
+        return kept
     messages = []
-    for message in body.get("messages") or []:
+    for position, message in enumerate(kept.get("messages") or []):
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
-            kept = [part for part in content if not _refused_part(part, towards_messages)]
-            message = {**message, "content": kept}
+            content = [
+                part for index, part in enumerate(content) if f"messages[{position}].content[{index}]" not in parts
+            ]
+            message = {**message, "content": content}
         messages.append(message)
-    return {**body, "messages": messages}
-
-
-def _refused_part(part: Any, towards_messages: bool) -> bool:
-    if not isinstance(part, dict):
-        return False
-    if towards_messages:
-        if part.get("type") in REFUSED_CHAT_PARTS:
-            return True
-        return part.get("type") == "file" and not str((part.get("file") or {}).get("file_data", "")).startswith("data:")
-    source: dict = part["source"] if isinstance(part.get("source"), dict) else {}
-    return part.get("type") == "document" and source.get("type") not in ("base64", "text")
+    return {**kept, "messages": messages}
 
 
 def enforce(body: dict[str, Any], towards_messages: bool, lenient: bool) -> tuple[dict[str, Any], list[str]]:
@@ -175,15 +215,13 @@ def enforce(body: dict[str, Any], towards_messages: bool, lenient: bool) -> tupl
     if not found:
         return body, []
     if not lenient:
-        path = found[0][1]
+        first = found[0]
         target = "messages" if towards_messages else "chat-completions"
+        what = f" ({first.what})" if first.what else ""
         raise GatewayError(
             ErrorCode.UNSUPPORTED_PARAMETER,
-            f"`{path}` cannot be carried to a {target}-shaped destination",
-            param=path,
+            f"`{first.path}`{what} cannot be carried to a {target}-shaped destination",
+            param=first.path,
         )
-    top_level = {path for _, path in found if path in body}
-    kept = {key: value for key, value in body.items() if key not in top_level}
-    if len(top_level) < len(found):
-        kept = _without_parts(kept, towards_messages)
-    return kept, list(dict.fromkeys(name for name, _ in found))
+    kept = _without(body, {refusal.path for refusal in found})
+    return kept, list(dict.fromkeys(refusal.name for refusal in found))

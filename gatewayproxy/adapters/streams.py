@@ -5,6 +5,7 @@ protocol, never with a silent clean end."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import orjson
@@ -16,9 +17,8 @@ from gatewayproxy.adapters.translate import (
     RESPONSE_FORMAT_TOOL,
     chat_usage_to_messages,
     message_start,
-    messages_usage_to_chat,
 )
-from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage
+from gatewayproxy.adapters.usage import chat_usage, messages_usage, responses_usage, summed, usage_to_chat
 from gatewayproxy.context import Usage
 from gatewayproxy.errors import ErrorCode, Protocol, error_body
 from gatewayproxy.http.sse import SseEvent, encode_event
@@ -216,12 +216,14 @@ class ResponsesPassthrough(StreamTranslator):
 
 
 class MessagesToChat(StreamTranslator):
-    """A messages event stream re-spoken as chat-completions chunks."""
+    """A messages event stream re-spoken as chat-completions chunks; its chunks carry choice index `choice` and,
+    when given, the id `completion_id` rather than the upstream message's (a fanned-out `n`: `ChoicesToChat`)."""
 
-    def __init__(self, client_wants_usage: bool, model: str) -> None:
+    def __init__(self, client_wants_usage: bool, model: str, choice: int = 0, completion_id: str = "") -> None:
         super().__init__()
         self._client_wants_usage = client_wants_usage
-        self._id = ""
+        self._choice = choice
+        self._id = completion_id
         self._model = model
         self._created = int(time.time())
         self._usage: dict[str, Any] = {}
@@ -230,15 +232,25 @@ class MessagesToChat(StreamTranslator):
         self._answer_block: int | None = None  # the emulated `response_format` tool, streamed as content
         self._thinking = ""
 
-    def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
+    def _envelope(self, choices: list[dict], **extra: Any) -> bytes:
         chunk = {
             "id": self._id,
             "object": "chat.completion.chunk",
             "created": self._created,
             "model": self._model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": choices,
+            **extra,
         }
         return encode_event(orjson.dumps(chunk))
+
+    def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
+        return self._envelope(
+            [{"index": self._choice, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        )
+
+    def usage_chunk(self, usage: Usage) -> bytes:
+        """The stream's last chunk before `[DONE]`: no choices, the usage (asked for by `include_usage`)."""
+        return self._envelope([], usage=usage_to_chat(usage))
 
     def feed(self, event: SseEvent) -> list[bytes]:
         payload = json_or_none(event.data)
@@ -249,7 +261,7 @@ class MessagesToChat(StreamTranslator):
 
     def _on_message_start(self, payload: dict) -> list[bytes]:
         message = payload.get("message") or {}
-        self._id = message.get("id", "")
+        self._id = self._id or message.get("id", "")
         self._model = message.get("model") or self._model
         self._usage.update(message.get("usage") or {})
         return [self._chunk({"role": "assistant", "content": ""})]
@@ -304,19 +316,8 @@ class MessagesToChat(StreamTranslator):
 
     def _on_message_stop(self, payload: dict) -> list[bytes]:
         self.completed = True
-        self.usage = messages_usage(self._usage)
-        frames = []
-        if self._client_wants_usage:
-            chunk = {
-                "id": self._id,
-                "object": "chat.completion.chunk",
-                "created": self._created,
-                "model": self._model,
-                "choices": [],
-                "usage": messages_usage_to_chat(self._usage),
-            }
-            frames.append(encode_event(orjson.dumps(chunk)))
-        return [*frames, DONE]
+        self.usage = usage = messages_usage(self._usage) or Usage()
+        return [self.usage_chunk(usage), DONE] if self._client_wants_usage else [DONE]
 
     def usage_so_far(self) -> Usage | None:
         return self.usage or (messages_usage(self._usage) if self._usage else None)
@@ -324,6 +325,41 @@ class MessagesToChat(StreamTranslator):
     def _on_error(self, payload: dict) -> list[bytes]:
         error = payload.get("error") or {}
         return self.fail(str(error.get("message", "upstream error")))
+
+
+class ChoicesToChat(StreamTranslator):
+    """The messages event streams of a fanned-out `n`, one choice each, re-spoken as one chat-completions chunk
+    stream: `feed_choice` each stream's events; every chunk carries its choice's index and one id. The stream ends
+    once every choice has, with one usage chunk of the summed usage when the client asked; an error event of any
+    choice fails it."""
+
+    def __init__(self, choices: int, client_wants_usage: bool, model: str) -> None:
+        super().__init__()
+        self._client_wants_usage = client_wants_usage
+        completion_id = "chatcmpl-" + uuid.uuid4().hex
+        self._choices = [MessagesToChat(False, model, choice, completion_id) for choice in range(choices)]
+        for translator in self._choices:
+            translator.collect_text = True  # taken into this stream's own text as it comes
+
+    def feed_choice(self, choice: int, event: SseEvent) -> list[bytes]:
+        """Client frames for one upstream event of choice `choice`."""
+        translator = self._choices[choice]
+        frames = [frame for frame in translator.feed(event) if frame != DONE]  # the merged stream ends once
+        self._collect(translator.take_text())
+        if translator.failed:
+            self.failed = True
+        elif not self.completed and all(each.completed for each in self._choices):
+            frames += self._end()
+        return frames
+
+    def _end(self) -> list[bytes]:
+        self.completed = True
+        self.usage = usage = summed([translator.usage or Usage() for translator in self._choices])
+        return [self._choices[0].usage_chunk(usage), DONE] if self._client_wants_usage else [DONE]
+
+    def usage_so_far(self) -> Usage | None:
+        so_far = [usage for translator in self._choices if (usage := translator.usage_so_far()) is not None]
+        return self.usage or (summed(so_far) if so_far else None)
 
 
 class ChatToMessages(StreamTranslator):

@@ -30,7 +30,19 @@ MESSAGES_TO_CHAT_STOP = {
 # `response_format` towards a messages-shaped target is emulated by this forced tool; its input is the answer.
 RESPONSE_FORMAT_TOOL = "gateway_response_format"
 # `reasoning_effort` and the thinking budget it stands for (tokens), both ways.
-EFFORT_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
+EFFORT_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 16384, "max": 16384}
+# `reasoning_effort` (chat) as `output_config.effort` (messages), the closest level; `none` asks for nothing.
+CHAT_TO_MESSAGES_EFFORT: dict[str, str | None] = {
+    "none": None,
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+    "max": "max",
+}
+# `output_config.effort` (messages) as `reasoning_effort` (chat): every level has its namesake there.
+MESSAGES_TO_CHAT_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "max"}
 
 
 def _effort_of(budget: Any) -> str:
@@ -189,13 +201,22 @@ def chat_to_messages_request(body: dict, default_max_tokens: int) -> dict:
         converted["tool_choice"] = {"type": "tool", "name": RESPONSE_FORMAT_TOOL}
     if body.get("user"):
         converted["metadata"] = {"user_id": body["user"]}
-    effort = body.get("reasoning_effort")
+    _add_reasoning(converted, body.get("reasoning_effort"))
+    return converted
+
+
+def _add_reasoning(converted: dict[str, Any], effort: Any) -> None:
+    """`reasoning_effort` as a thinking budget (inside `max_tokens` there) and as `output_config.effort`."""
+    if not isinstance(effort, str):
+        return
     if effort in EFFORT_BUDGETS:
         budget = EFFORT_BUDGETS[effort]
         converted["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if converted["max_tokens"] <= budget:
             converted["max_tokens"] += budget  # the budget is part of max_tokens there
-    return converted
+    level = CHAT_TO_MESSAGES_EFFORT.get(effort)
+    if level is not None:
+        converted["output_config"] = {"effort": level}
 
 
 # Messages request -> chat-completions request.
@@ -316,6 +337,10 @@ def messages_to_chat_request(body: dict) -> dict:
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
         converted["reasoning_effort"] = _effort_of(thinking.get("budget_tokens") or 16384)
+    output_config = body.get("output_config")
+    effort = output_config.get("effort") if isinstance(output_config, dict) else None
+    if isinstance(effort, str) and effort in MESSAGES_TO_CHAT_EFFORT:
+        converted["reasoning_effort"] = MESSAGES_TO_CHAT_EFFORT[effort]  # the explicit level over the budget's
     return converted
 
 

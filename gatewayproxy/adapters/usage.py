@@ -1,7 +1,8 @@
-"""Reading token usage from each shape's JSON usage object."""
+"""Reading token usage from each shape's JSON usage object, summing it, and writing it back as a chat usage object."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from gatewayproxy.context import Usage
@@ -53,3 +54,22 @@ def messages_usage(usage: Any) -> Usage | None:
 def responses_usage(usage: Any) -> Usage | None:
     """Usage of a responses-API response."""
     return _detailed_usage(usage, "input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details")
+
+
+def summed(usages: list[Usage]) -> Usage:
+    """The usage of several calls that answer one request together (a fan-out)."""
+    return Usage(**{each.name: sum(getattr(usage, each.name) for usage in usages) for each in fields(Usage)})
+
+
+def usage_to_chat(usage: Usage) -> dict[str, Any]:
+    """The chat usage object of a usage (cached and cache-written input count as prompt tokens there)."""
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    details: dict[str, Any] = {"cached_tokens": usage.cache_read_tokens}
+    if usage.cache_write_tokens:
+        details["cache_write_tokens"] = usage.cache_write_tokens
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": prompt + usage.output_tokens,
+        "prompt_tokens_details": details,
+    }

@@ -3,9 +3,10 @@
 Models of the vendor-B family take the invoke call with messages-shaped bodies; every other model takes the
 unified conversation API (`/converse`, `/converse-stream`), spoken here in the messages shape; `api: converse |
 invoke` on the destination overrides that choice. Embeddings go to the vendor's embedding models through the
-invoke call. Credentials: the vault's `aws_sigv4` secret (`access_key_id`, `secret_access_key`, optional
-`session_token`) when the destination names one, else botocore's own credential chain (optionally `profile`).
-Streams arrive in the vendor's binary event-stream framing and are decoded to messages events.
+invoke call; a list of inputs to a model that takes one text per call is fanned out, one call per text.
+Credentials: the vault's `aws_sigv4` secret (`access_key_id`, `secret_access_key`, optional `session_token`) when
+the destination names one, else botocore's own credential chain (optionally `profile`). Streams arrive in the
+vendor's binary event-stream framing and are decoded to messages events.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ class VendorDAdapter(Adapter):
         SigV4Auth(await self.credentials(scope), SERVICE, self.region).add_auth(request)
         headers = [(name.lower().encode(), str(value).encode()) for name, value in request.headers.items()]
         return UpstreamCall(self.origin, b"POST", (self.origin.base_path + relative).encode(), headers, data)
+
+    def embeds_one_text_per_call(self, model: Any) -> bool:
+        return not converse.is_cohere(str(self.upstream_model(model) or ""))
 
     def stream_decoder(self, operation: Operation, model: Any) -> StreamDecoder:
         if self.uses_converse(str(self.upstream_model(model) or "")):

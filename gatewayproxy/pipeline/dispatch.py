@@ -10,7 +10,8 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -36,6 +37,10 @@ from gatewayproxy.vaults.resolvers import VaultError, VaultUnavailable
 JSON_CONTENT = [(b"content-type", b"application/json")]
 SSE_CONTENT = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 Finish = Callable[[RequestContext], None]
+Feed = Callable[[SseEvent], list[bytes]]  # a stream translator's client frames for one upstream event
+Batches = AsyncGenerator[list[bytes], None]  # a stream's client frames, batch by batch
+Events = AsyncGenerator[list[SseEvent], None]  # an upstream stream's events, chunk by chunk
+Opened = tuple[list[bytes], Events]  # an upstream stream's first client frames, and its events after them
 # Failures that count toward a destination's ejection: connection errors, 5xx and malformed answers (`5xx`),
 # timeouts, and refusals of the gateway's own key (`auth`); not 429, not the client's 4xx, not a vault outage.
 OUTLIER_KINDS = frozenset({"5xx", "timeout", "auth"})
@@ -159,6 +164,11 @@ def stream_translator(context: RequestContext, adapter: Adapter) -> streams.Stre
     if shape is Shape.CHAT:
         return streams.ChatPassthrough(wants_usage)
     return streams.MessagesToChat(wants_usage, model)
+
+
+def choices_translator(context: RequestContext, choices: int) -> streams.ChoicesToChat:
+    """The event translator of a chat client's fanned-out `n`: `choices` messages streams of one choice each."""
+    return streams.ChoicesToChat(choices, _client_wants_usage(context), context.model or "")
 
 
 def _usage_of(operation: Operation, shape: Shape, document: dict[str, Any]) -> Usage | None:
@@ -380,19 +390,28 @@ class Dispatch:
         return _client_error(self.context, adapter, status, body)
 
     async def _start_stream(self, adapter: Adapter, upstream: UpstreamResponse) -> Response | Failure:
-        decoder = adapter.stream_decoder(self.context.operation, self.context.model)
         translator = stream_translator(self.context, adapter)
         translator.collect_text = bool(self.inspectors)
+        opened = await self._opened(adapter, upstream, translator.feed)
+        if isinstance(opened, Failure):
+            return opened
+        return self._streamed(adapter, _batches(*opened, translator.feed), translator, [upstream])
+
+    async def _opened(self, adapter: Adapter, upstream: UpstreamResponse, feed: Feed) -> Opened | Failure:
+        """An upstream stream read and fed until its events make a first client frame (the first byte goes out as
+        soon as one event makes a frame): those frames, and the stream's events after them, as they come. A stream
+        that ends or cannot be read before then is a failed attempt (its upstream released)."""
+        decoder = adapter.stream_decoder(self.context.operation, self.context.model)
         chunks = upstream.chunks()
         frames: list[bytes] = []
         rest: Iterator[SseEvent] = iter(())
         try:
-            while not frames:  # the first byte goes out as soon as one event makes a frame; the rest follow
+            while not frames:
                 rest = iter(decoder.feed(await anext(chunks)))
                 for event in rest:
                     if event.data != "[DONE]":
                         orjson.loads(event.data)  # a frame that is not JSON before the first byte: try elsewhere
-                    frames += translator.feed(event)
+                    frames += feed(event)
                     if frames:
                         break
         except StopAsyncIteration:
@@ -404,32 +423,38 @@ class Dispatch:
         except BaseException:
             upstream.release()
             raise
+        return frames, _events(rest, chunks, decoder)
+
+    def _streamed(
+        self,
+        adapter: Adapter,
+        batches: Batches,
+        translator: streams.StreamTranslator,
+        upstreams: list[UpstreamResponse],
+    ) -> Response | Failure:
+        """The client's stream of opened upstream streams, unless an error event came first (a failed attempt)."""
         if translator.failed:
-            upstream.release()
+            for upstream in upstreams:
+                upstream.release()
             return Failure("5xx", f"destination {adapter.name!r} failed before the first event")
-        relay = self._relay(adapter, frames, rest, chunks, decoder, translator, upstream)
+        relay = self._relay(adapter, batches, translator, upstreams)
         return Response(200, SSE_CONTENT, stream=relay, first_chunk_ready=not self.inspectors)
 
     async def _relay(
         self,
         adapter: Adapter,
-        first: list[bytes],
-        rest: Iterator[SseEvent],
-        chunks: AsyncIterator[bytes],
-        decoder: StreamDecoder,
+        batches: Batches,
         translator: streams.StreamTranslator,
-        upstream: UpstreamResponse,
+        upstreams: list[UpstreamResponse],
     ) -> AsyncIterator[bytes]:
         context = self.context
         status = CLIENT_CLOSED_REQUEST  # unless the relay gets to decide otherwise, the client left
         try:
             try:
-                yield await self._released(first, translator)
-                if frames := _translated(translator, rest):
-                    yield await self._released(frames, translator)
-                async for chunk in chunks:
-                    if frames := _translated(translator, decoder.feed(chunk)):
-                        yield await self._released(frames, translator)
+                async with aclosing(batches):
+                    async for frames in batches:
+                        if frames:
+                            yield await self._released(frames, translator)
                 tail = translator.finish()
                 status = 502 if translator.failed else 200
                 if translator.failed:  # ended without completing, or with an error event of its own
@@ -448,7 +473,8 @@ class Dispatch:
             if tail:
                 yield b"".join(tail)
         finally:
-            upstream.release()
+            for upstream in upstreams:
+                upstream.release()
             context.status = status
             if status == 200 and self.outliers is not None:
                 self.outliers.succeeded(adapter.name)
@@ -482,9 +508,24 @@ class Dispatch:
             await stage.inspect_output(self.context, text)
 
 
-def _translated(translator: streams.StreamTranslator, events: Iterable[SseEvent]) -> list[bytes]:
+def _translated(feed: Feed, events: Iterable[SseEvent]) -> list[bytes]:
     """The client frames of a batch of upstream events."""
-    return [frame for event in events for frame in translator.feed(event)]
+    return [frame for event in events for frame in feed(event)]
+
+
+async def _events(rest: Iterator[SseEvent], chunks: AsyncIterator[bytes], decoder: StreamDecoder) -> Events:
+    """An opened stream's events after its first frame: those left in the chunk that made it, then chunk by chunk."""
+    yield list(rest)
+    async for chunk in chunks:
+        yield decoder.feed(chunk)
+
+
+async def _batches(first: list[bytes], events: Events, feed: Feed) -> Batches:
+    """An opened stream's client frames, batch by batch."""
+    yield first
+    async with aclosing(events):
+        async for batch in events:
+            yield _translated(feed, batch)
 
 
 def _final_error(failure: Failure) -> GatewayError:

@@ -108,7 +108,8 @@ def parse_body(request: Request) -> dict:
 
 
 def _dispatch_class(context: RequestContext) -> type[Dispatch]:
-    """The dispatch of a request: the responses API's, fan-out for a chat `n > 1`, else the plain one."""
+    """The dispatch of a request: the responses API's, fan-out for a chat `n > 1` or several embedding inputs, else
+    the plain one."""
     if context.operation is Operation.RESPONSES:
         return ResponsesDispatch
     if wants_fan_out(context.operation, context.body):

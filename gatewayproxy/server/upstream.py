@@ -158,6 +158,7 @@ class _UpstreamProtocol(asyncio.Protocol):
         self.finished = False
         self.received_any = False
         self._headers = []
+        self._emptied()  # what a reader released unread of the last response, all of it arrived, is not this one's
         self.transport.write(data)
         return self._head
 
@@ -242,12 +243,16 @@ class _UpstreamProtocol(asyncio.Protocol):
                 self._read_timer.clear()
             self._wakeup = None
         data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._emptied()
+        return data
+
+    def _emptied(self) -> None:
+        """Hold no body chunk, and read again if a full buffer had paused reading."""
         self._chunks.clear()
         self._buffered = 0
         if self._paused and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
-        return data
 
     def close(self) -> None:
         """Drop the connection (a response abandoned mid-body cannot be reused)."""

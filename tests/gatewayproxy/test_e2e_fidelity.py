@@ -1,6 +1,6 @@
 """Provider fidelity, end to end with the official clients: each translated field as the fake provider received
-it (JSON and streamed, both ways), refused fields and lenient drops, thinking across shapes, forwarded headers,
-the request id and the trace context upstream."""
+it (JSON and streamed, both ways), refused fields and lenient drops, thinking and effort levels across shapes,
+forwarded headers, the request id and the trace context upstream."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
 PNG = base64.b64encode(b"\x89PNG tiny").decode()
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+HI: Any = [{"role": "user", "content": "hi"}]
 CLIENT_SPAN = "00f067aa0ba902b7"
 
 
@@ -257,6 +258,109 @@ def test_reasoning_returns_to_a_messages_client_as_a_thinking_block(gateway: Gat
     assert message.content[0].type == "thinking" and message.content[0].thinking == THINKING
 
 
+# Effort levels, both ways.
+
+
+@pytest.mark.parametrize("level", ["low", "medium", "high", "xhigh", "max"])
+def test_output_config_effort_becomes_reasoning_effort(
+    gateway: GatewayThread, primary: FakeProvider, level: Any
+) -> None:
+    message = gateway.anthropic.messages.create(
+        model="a-one", max_tokens=64, messages=[{"role": "user", "content": "think"}], output_config={"effort": level}
+    )
+    assert primary.received[0].body["reasoning_effort"] == level
+    assert "output_config" not in primary.received[0].body
+    assert message.content[0].type == "thinking" and message.content[0].thinking == THINKING
+
+
+def test_output_config_effort_wins_over_the_thinking_budget_streamed(
+    gateway: GatewayThread, primary: FakeProvider
+) -> None:
+    with gateway.anthropic.messages.stream(
+        model="a-one",
+        max_tokens=64,
+        messages=[{"role": "user", "content": "think"}],
+        thinking={"type": "enabled", "budget_tokens": 1024},  # alone it would be `low`
+        output_config={"effort": "high"},
+    ) as stream:
+        message = stream.get_final_message()
+    assert primary.received[0].body["reasoning_effort"] == "high"
+    assert message.content[1].type == "text" and message.content[1].text == "Hello from primary"
+
+
+@pytest.mark.parametrize(
+    ("effort", "level"),
+    [("minimal", "low"), ("low", "low"), ("medium", "medium"), ("high", "high"), ("xhigh", "xhigh"), ("max", "max")],
+)
+def test_reasoning_effort_becomes_output_config_effort(
+    gateway: GatewayThread, secondary: FakeProvider, effort: Any, level: str
+) -> None:
+    completion = gateway.openai.chat.completions.create(
+        model="b-one", messages=[{"role": "user", "content": "think"}], reasoning_effort=effort
+    )
+    sent = secondary.received[0].body
+    assert sent["output_config"] == {"effort": level}
+    assert sent["thinking"]["type"] == "enabled" and sent["max_tokens"] > sent["thinking"]["budget_tokens"]
+    assert completion.choices[0].message.content == "Hello from secondary"
+
+
+def test_reasoning_effort_none_asks_a_messages_target_for_nothing(
+    gateway: GatewayThread, secondary: FakeProvider
+) -> None:
+    gateway.openai.chat.completions.create(
+        model="b-one", messages=[{"role": "user", "content": "hi"}], reasoning_effort="none"
+    )
+    sent = secondary.received[0].body
+    assert "output_config" not in sent and "thinking" not in sent
+
+
+def test_an_effort_level_without_a_counterpart_is_refused_both_ways(
+    gateway: GatewayThread, primary: FakeProvider, secondary: FakeProvider
+) -> None:
+    messages = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={"model": "a-one", "max_tokens": 8, "messages": HI, "output_config": {"effort": "ultra"}},
+    )
+    assert messages.status_code == 400
+    error = messages.json()["error"]
+    assert error["code"] == "unsupported_parameter" and "`output_config.effort`" in error["message"]
+    assert "'ultra'" in error["message"]
+    chat = httpx.post(
+        f"{gateway.url}/v1/chat/completions", json={"model": "b-one", "messages": HI, "reasoning_effort": "ultra"}
+    )
+    assert chat.status_code == 400
+    assert chat.json()["error"]["code"] == "unsupported_parameter"
+    assert chat.json()["error"]["param"] == "reasoning_effort" and "'ultra'" in chat.json()["error"]["message"]
+    assert primary.received == [] and secondary.received == []
+
+
+def test_other_output_config_fields_are_refused_by_path(gateway: GatewayThread, primary: FakeProvider) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    answer = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={
+            "model": "a-one",
+            "max_tokens": 8,
+            "messages": HI,
+            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": schema}},
+        },
+    )
+    assert answer.status_code == 400 and "`output_config.format`" in answer.json()["error"]["message"]
+    assert primary.received == []
+
+
+def test_a_lenient_route_drops_an_effort_level_without_a_counterpart(
+    gateway: GatewayThread, primary: FakeProvider
+) -> None:
+    answer = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={"model": "lenienta-one", "max_tokens": 8, "messages": HI, "output_config": {"effort": "ultra"}},
+    )
+    assert answer.status_code == 200
+    assert answer.headers["x-gateway-dropped-params"] == "output_config.effort"
+    assert "reasoning_effort" not in primary.received[0].body
+
+
 # Refused and dropped.
 
 
@@ -268,7 +372,6 @@ def test_reasoning_returns_to_a_messages_client_as_a_thinking_block(gateway: Gat
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"logit_bias": {"1": 2}}, "logit_bias"),
-        ({"n": 2, "stream": True}, "n"),  # JSON n > 1 is fanned out; streamed it is refused
     ],
 )
 def test_a_field_a_messages_target_cannot_carry_is_refused_before_any_call(
@@ -288,7 +391,20 @@ def test_an_audio_part_is_refused_naming_its_place(gateway: GatewayThread, secon
         gateway.openai.chat.completions.create(model="b-one", messages=[{"role": "user", "content": [audio]}])
     error: Any = raised.value.body
     assert error["code"] == "unsupported_parameter" and error["param"] == "messages[0].content[0]"
+    assert error["message"].startswith("`messages[0].content[0]` (an input_audio part) cannot be carried")
     assert secondary.received == []
+
+
+def test_a_lenient_route_drops_an_audio_part_and_keeps_the_rest(
+    gateway: GatewayThread, secondary: FakeProvider
+) -> None:
+    audio: Any = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    text: Any = {"type": "text", "text": "and this"}
+    raw = gateway.openai.chat.completions.with_raw_response.create(
+        model="lenient-one", messages=[{"role": "user", "content": [audio, text]}]
+    )
+    assert raw.headers["x-gateway-dropped-params"] == "input_audio"
+    assert secondary.received[0].body["messages"] == [{"role": "user", "content": [text]}]
 
 
 def test_top_k_is_refused_towards_a_chat_target(gateway: GatewayThread, primary: FakeProvider) -> None:
@@ -303,11 +419,17 @@ def test_top_k_is_refused_towards_a_chat_target(gateway: GatewayThread, primary:
 
 
 def test_a_url_document_is_refused_towards_a_chat_target(gateway: GatewayThread, primary: FakeProvider) -> None:
+    text: Any = {"type": "text", "text": "read this"}
     document: Any = {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}
-    with pytest.raises(anthropic.BadRequestError):
+    with pytest.raises(anthropic.BadRequestError) as raised:
         gateway.anthropic.messages.create(
-            model="a-one", max_tokens=8, messages=[{"role": "user", "content": [document]}]
+            model="a-one", max_tokens=8, messages=[{"role": "user", "content": [text, document]}]
         )
+    error: Any = raised.value.body
+    assert error["error"]["code"] == "unsupported_parameter"
+    assert error["error"]["message"].startswith(
+        "`messages[0].content[1].source` (a document block with a url source) cannot be carried"
+    )
     assert primary.received == []
 
 

@@ -1,6 +1,7 @@
 """Provider fidelity, streamed and fanned out, with the official clients against fake providers: tool calls with
 `tool_choice`, stop sequences and images both ways as streams (what the provider received, what the client's SDK
-assembled), and `n > 1` towards a messages-shaped target answered by one call per choice."""
+assembled), and `n > 1` towards a messages-shaped target answered by one call per choice (JSON, and streamed as
+the choices' streams interleaved into one)."""
 
 from __future__ import annotations
 
@@ -206,11 +207,94 @@ def test_n_out_of_range_is_refused_before_any_call(
     assert secondary.received == []
 
 
-def test_streamed_n_is_refused_naming_n(gateway: GatewayThread, secondary: FakeProvider) -> None:
-    with pytest.raises(openai.BadRequestError) as raised:
+# Streamed n > 1 towards a messages-shaped destination: n concurrent streams interleaved into one.
+
+
+def _streamed_choices(gateway: GatewayThread, n: int = 3, **extra: Any) -> list[Any]:
+    return list(
         gateway.openai.chat.completions.create(
-            model="b-one", messages=[{"role": "user", "content": "hi"}], n=2, stream=True
+            model="b-one", messages=[{"role": "user", "content": "hi"}], n=n, stream=True, **extra
         )
-    error: Any = raised.value.body
-    assert error["code"] == "unsupported_parameter" and error["param"] == "n"
-    assert secondary.received == []
+    )
+
+
+def test_streamed_n_is_fanned_out_with_per_choice_indices(gateway: GatewayThread, secondary: FakeProvider) -> None:
+    secondary.reset("delay:0.4", "delay:0.4", "delay:0.4")
+    chunks = _streamed_choices(gateway, stream_options={"include_usage": True})
+    assert len(secondary.received) == 3
+    assert all(received.body["stream"] is True and "n" not in received.body for received in secondary.received)
+    arrivals = [received.at for received in secondary.received]
+    assert max(arrivals) - min(arrivals) < 0.3  # sent at once, not one after the other
+    assert len({chunk.id for chunk in chunks}) == 1
+    with_choices = [chunk for chunk in chunks if chunk.choices]
+    assert all(len(chunk.choices) == 1 for chunk in with_choices)
+    for index in range(3):
+        deltas = [chunk.choices[0] for chunk in with_choices if chunk.choices[0].index == index]
+        assert deltas[0].delta.role == "assistant"
+        assert "".join(choice.delta.content or "" for choice in deltas) == "Hello from secondary"
+        assert [choice.finish_reason for choice in deltas if choice.finish_reason] == ["stop"]
+    assert {chunk.choices[0].index for chunk in with_choices} == {0, 1, 2}
+    usage_chunks = [chunk for chunk in chunks if chunk.usage is not None]
+    assert usage_chunks == [chunks[-1]] and chunks[-1].choices == []
+    usage: Any = chunks[-1].usage
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (39, 15, 54)
+
+
+def test_streamed_choices_assemble_in_the_official_client(gateway: GatewayThread) -> None:
+    with gateway.openai.chat.completions.stream(
+        model="b-one", messages=[{"role": "user", "content": "weather?"}], n=2, tools=[WEATHER_CHAT]
+    ) as stream:
+        completion = stream.get_final_completion()
+    assert [choice.index for choice in completion.choices] == [0, 1]
+    for choice in completion.choices:
+        calls: Any = choice.message.tool_calls
+        assert choice.finish_reason == "tool_calls" and len(calls) == 1
+        assert calls[0].id == "toolu_1" and json.loads(calls[0].function.arguments) == TOOL_ARGUMENTS
+
+
+def test_streamed_choices_end_once_without_usage_unless_asked(gateway: GatewayThread) -> None:
+    answer = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "b-one", "messages": [{"role": "user", "content": "hi"}], "n": 2, "stream": True},
+    )
+    frames = [line.removeprefix("data: ") for line in answer.text.splitlines() if line.startswith("data: ")]
+    assert frames.count("[DONE]") == 1 and frames[-1] == "[DONE]"
+    chunks = [json.loads(frame) for frame in frames[:-1]]
+    assert all(chunk["choices"] and "usage" not in chunk for chunk in chunks)
+    assert sorted(choice["index"] for chunk in chunks for choice in chunk["choices"] if choice["finish_reason"]) == [
+        0,
+        1,
+    ]
+
+
+def test_a_streamed_choice_refused_before_the_first_byte_fails_the_attempt(
+    gateway: GatewayThread, secondary: FakeProvider
+) -> None:
+    secondary.reset("ok", "500")
+    with pytest.raises(openai.APIStatusError) as raised:
+        _streamed_choices(gateway, n=2)
+    assert raised.value.status_code == 502
+    assert len(secondary.received) == 2
+
+
+def test_a_streamed_choice_broken_mid_way_ends_the_stream_with_an_error(
+    gateway: GatewayThread, secondary: FakeProvider
+) -> None:
+    secondary.reset("ok", "break_stream", "ok")
+    with pytest.raises(openai.APIError) as raised:
+        _streamed_choices(gateway)
+    assert "broke" in raised.value.message or "ended" in raised.value.message
+    assert len(secondary.received) == 3
+
+
+def test_a_stream_released_unread_leaves_its_pooled_connection_clean(
+    gateway: GatewayThread, secondary: FakeProvider
+) -> None:
+    secondary.reset("ok", "500")  # the whole "ok" stream arrives, unread, before the attempt is given up
+    with pytest.raises(openai.APIStatusError):
+        _streamed_choices(gateway, n=2)
+    chunks = _streamed_choices(gateway)  # on the pooled connections of the refused attempt
+    starts = [chunk.choices[0].index for chunk in chunks if chunk.choices and chunk.choices[0].delta.role]
+    assert sorted(starts) == [0, 1, 2]  # one start per choice: no other response's stream read as its own
+    finishes = [chunk.choices[0].index for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
+    assert sorted(finishes) == [0, 1, 2]

@@ -179,6 +179,19 @@ def test_pii_regex_ends_streams_with_an_error_event(
     assert "secondary" not in messages_text
 
 
+def test_pii_regex_reads_each_streamed_choice_of_a_fan_out_whole(
+    guarded: Callable[..., GatewayThread], secondary: FakeProvider
+) -> None:
+    # `n` streams towards a messages-shaped target run at once; the match still spans one choice's deltas.
+    gateway = guarded([SPEAKER])
+    text = ""
+    with pytest.raises(openai.APIError) as blocked:
+        for chunk in gateway.openai.chat.completions.create(model="b-small", messages=HI, n=3, stream=True):
+            text += "".join(choice.delta.content or "" for choice in chunk.choices)
+    assert error_code(blocked.value) == "guardrail_blocked_output"
+    assert "secondary" not in text and len(secondary.received) == 3
+
+
 def test_ext_proc_judges_input_and_streamed_output(
     guarded: Callable[..., GatewayThread], primary: FakeProvider, secondary: FakeProvider
 ) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from tests.support.gateway.cloud import TOOL_INPUT, FakeAws
@@ -220,12 +221,37 @@ def test_converse_client_error_in_the_clients_envelope(vaulted: GatewayThread) -
 
 def test_embedding_models(vaulted: GatewayThread, aws: FakeAws) -> None:
     titan = vaulted.openai.embeddings.create(model="titan", input="one two three", dimensions=4)
-    assert titan.data[0].embedding == [0.5] * 4 and titan.usage.prompt_tokens == 3
+    assert titan.data[0].embedding == [3.0] * 4 and titan.usage.prompt_tokens == 3
     assert aws.seen[0].path == "/model/amazon.titan-embed-text-v2%3A0/invoke"
     assert aws.seen[0].body == {"inputText": "one two three", "dimensions": 4}
     cohere = vaulted.openai.embeddings.create(model="cohere", input=["a", "b"])
     assert [item.embedding for item in cohere.data] == [[0.25] * 3, [0.25] * 3]
     assert aws.seen[1].body == {"texts": ["a", "b"], "input_type": "search_document", "embedding_types": ["float"]}
+
+
+def test_a_list_of_inputs_to_a_one_text_model_is_one_call_per_text(vaulted: GatewayThread, aws: FakeAws) -> None:
+    texts = ["slow", "two words", "slow three words", "four words right here"]  # the first answers last
+    answer = vaulted.openai.embeddings.create(model="titan", input=texts)
+    assert [item.index for item in answer.data] == [0, 1, 2, 3]
+    assert [item.embedding for item in answer.data] == [[1.0] * 4, [2.0] * 4, [3.0] * 4, [4.0] * 4]
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == 10
+    assert answer.model == "titan"
+    assert sorted(seen.body["inputText"] for seen in aws.seen) == sorted(texts)
+    assert {seen.path for seen in aws.seen} == {"/model/amazon.titan-embed-text-v2%3A0/invoke"}
+    assert aws.most_embeddings_at_once >= 2  # sent at once, not one after the other
+
+
+def test_one_text_calls_are_bounded(vaulted: GatewayThread, aws: FakeAws) -> None:
+    texts = [f"slow text {number}" for number in range(20)]
+    answer = vaulted.openai.embeddings.create(model="titan", input=texts)
+    assert len(answer.data) == 20 and len(aws.seen) == 20
+    assert 2 <= aws.most_embeddings_at_once <= 16
+
+
+def test_one_failed_text_fails_the_embeddings_request_with_its_error(vaulted: GatewayThread, aws: FakeAws) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        vaulted.openai.embeddings.create(model="titan", input=["slow fine", " ", "also fine"])
+    assert raised.value.status_code == 400 and "inputText must not be empty" in raised.value.message
 
 
 def test_credential_chain_environment_variables(

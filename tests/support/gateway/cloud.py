@@ -1,14 +1,16 @@
 """Fake cloud providers on 127.0.0.1 for the cloud adapter tests: vendor D's runtime (conversation API JSON and
-binary event streams, invoke, embedding models) that recomputes every SigV4 signature with botocore's signer and
-the secret it knows for the access key, an STS endpoint answering AssumeRoleWithWebIdentity, and vendor E
-(generate-content JSON and SSE, partner rawPredict, predict) behind a token endpoint that checks service-account
-JWT assertions and refresh tokens."""
+binary event streams, invoke, embedding models, the one-text ones counting their calls at once) that recomputes
+every SigV4 signature with botocore's signer and the secret it knows for the access key, an STS endpoint answering
+AssumeRoleWithWebIdentity, and vendor E (generate-content JSON and SSE, partner rawPredict, predict) behind a token
+endpoint that checks service-account JWT assertions and refresh tokens."""
 
 from __future__ import annotations
 
 import json
 import re
 import struct
+import threading
+import time
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +27,8 @@ from fakes.http_server import LoopbackHttpServer, QuietHandler
 TOOL_INPUT = {"city": "Paris"}
 # google-auth signs service-account assertions for Google's token endpoint, whatever `token_uri` says.
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
+SLOW_TEXT_SECONDS = 0.3
+CONNECTION_BACKLOG = 64
 AUTHORIZATION = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(\w+)/\d+/([\w-]+)/(\w+)/aws4_request, SignedHeaders=(\S+), Signature=(\w+)"
 )
@@ -112,6 +116,11 @@ class FakeAws(FakeServer):
         self.secrets = dict(secrets)
         self.signed: list[dict[str, str]] = []  # per verified request: access key, region, session token
         self.sts_calls: list[dict[str, list[str]]] = []
+        self.most_embeddings_at_once = 0
+        self._embeddings_in_flight = 0
+        self._lock = threading.Lock()
+        # Room for every connection of a fan-out at once (the server's default backlog of 5 would hold them back).
+        self.server.socket.listen(CONNECTION_BACKLOG)
 
     def respond(self, seen: Seen) -> tuple[int, dict[str, str], bytes | list[bytes]]:
         if seen.path == "/":
@@ -128,8 +137,7 @@ class FakeAws(FakeServer):
         if action == "converse-stream":
             return 200, {"content-type": "application/vnd.amazon.eventstream"}, self._converse_stream(body)
         if action == "invoke" and "inputText" in body:
-            vector = [0.5] * int(body.get("dimensions") or 4)
-            return _json(200, {"embedding": vector, "inputTextTokenCount": len(body["inputText"].split())})
+            return self._titan(body)
         if action == "invoke" and "texts" in body:
             return _json(
                 200, {"id": "e1", "texts": body["texts"], "embeddings": {"float": [[0.25] * 3 for _ in body["texts"]]}}
@@ -147,6 +155,25 @@ class FakeAws(FakeServer):
             }
             return _json(200, message)
         return _json(404, {"message": f"no such path {seen.path}"})
+
+    def _titan(self, body: dict) -> tuple[int, dict[str, str], bytes]:
+        """A one-text embedding: refused for an empty text, as the vendor does; each component the text's word
+        count, so vectors tell their texts apart; a text starting `slow` answers after SLOW_TEXT_SECONDS. Counts the
+        embedding calls in flight at once (`most_embeddings_at_once`)."""
+        words = body["inputText"].split()
+        if not words:
+            return _json(400, {"message": "inputText must not be empty"}, {"x-amzn-errortype": "ValidationException"})
+        with self._lock:
+            self._embeddings_in_flight += 1
+            self.most_embeddings_at_once = max(self.most_embeddings_at_once, self._embeddings_in_flight)
+        try:
+            if words[0] == "slow":
+                time.sleep(SLOW_TEXT_SECONDS)
+        finally:
+            with self._lock:
+                self._embeddings_in_flight -= 1
+        vector = [float(len(words))] * int(body.get("dimensions") or 4)
+        return _json(200, {"embedding": vector, "inputTextTokenCount": len(words)})
 
     def _verify(self, seen: Seen) -> str | None:
         found = AUTHORIZATION.fullmatch(seen.headers.get("authorization", ""))
