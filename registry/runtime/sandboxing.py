@@ -1,11 +1,18 @@
 """The session's sandbox through a turn: made ready at the turn's start (its problems reported before the
 model runs), running the built-in tools the model calls (with the session's resources as they are now,
-memory folders synced around each call), snapshotted when the turn ends so any worker can go on."""
+memory folders synced around each call), snapshotted when the turn ends so any worker can go on.
+
+The snapshot is off the turn's critical path: it starts once the turn's idle status is written and lands
+in the background. The session's next turn waits for it before it touches the sandbox, and so does the
+end of the runner (`settle`), so the worker releases the lease, and another worker may claim the
+session, only once it landed; it lands only while the lease holds."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
+import threading
 from typing import NoReturn
 
 from django.db import transaction
@@ -44,6 +51,7 @@ class SandboxUse:
         self.provisioner = self._provisioner()
         self.prompt_sections = self.provisioner.prompt_sections(session.resources) if self.provisioner else []
         self.used: Sandbox | None = None  # set once a turn used it: snapshot at its end
+        self.in_flight: threading.Thread | None = None  # the last turn's snapshot, landing in the background
 
     def _provisioner(self) -> Provisioner | None:
         """The sandbox's provisioner, when this runtime runs the agent's built-in tools."""
@@ -56,7 +64,8 @@ class SandboxUse:
 
     def provision(self) -> None:
         """At a turn's start: missing skills or a failed package build end the turn; a sandbox that cannot
-        start is reported by the first tool call that needs it."""
+        start is reported by the first tool call that needs it. The last turn's snapshot lands first."""
+        self.settle()
         if self.provisioner is None:
             return
         self.checkpoints.lease.check()
@@ -113,15 +122,30 @@ class SandboxUse:
         raise TurnEnded({"type": "retries_exhausted"})
 
     def snapshot(self) -> None:
-        """After a turn that used the sandbox: its workspace to storage, so any worker can go on."""
-        if self.used is None:
+        """After a turn that used the sandbox (its idle status written): its workspace to storage in the
+        background, so any worker can go on."""
+        sandbox, self.used = self.used, None
+        if sandbox is None:
             return
-        self.checkpoints.lease.check()
+        name = f"snapshot-{self.session.session_id}"
+        run = contextvars.copy_context().run  # its log lines carry the session's ids
+        self.in_flight = threading.Thread(target=run, args=(self._take, sandbox), name=name, daemon=True)
+        self.in_flight.start()
+
+    def _take(self, sandbox: Sandbox) -> None:
         try:
-            self.used.snapshot()
-        except OSError as error:  # the files stay here; a worker elsewhere would miss this turn's changes
+            sandbox.snapshot(commit_if=self.checkpoints.lease.check)
+        except (OSError, SandboxUnavailable, LeaseLost) as error:
+            # the files stay here; a worker elsewhere would miss this turn's changes
             logger.warning("snapshot of session %s failed: %s", self.session.session_id, error)
-        self.used = None
+        except Exception:
+            logger.exception("snapshot of session %s failed", self.session.session_id)
+
+    def settle(self) -> None:
+        """Wait until the snapshot in flight, if any, landed (or failed)."""
+        in_flight, self.in_flight = self.in_flight, None
+        if in_flight is not None:
+            in_flight.join()
 
     def report_missing(self) -> None:
         """Once per session: the agent has built-in tools but this runtime cannot run them."""

@@ -5,9 +5,10 @@ client must answer, let the model speak while the transcript ends with user cont
 outcome. Every state is derived from the stored events, so a turn whose worker died is resumed by
 running the same loop again. The loop drives parts, each in its module: `ModelStep` (request, stream,
 compaction), `ToolDispatch` (built-in, MCP, custom tools, confirmations), `Grader`, `SandboxUse`
-(resources mounted, snapshots); `Checkpoints` stop it for an interrupt, a lost lease or a shutdown;
-every write goes through `TurnLog` to the session log, fenced by the lease. `code_harness` runs the
-same loop but does not honor `user.interrupt`. Tracing and metrics attach through a `TurnObserver`.
+(resources mounted; snapshots, which land in the background after the idle status); `Checkpoints` stop
+it for an interrupt, a lost lease or a shutdown; every write goes through `TurnLog` to the session log,
+fenced by the lease. `code_harness` runs the same loop but does not honor `user.interrupt`. Tracing and
+metrics attach through a `TurnObserver`.
 """
 
 from __future__ import annotations
@@ -108,12 +109,17 @@ class SessionRunner:
 
     # -- the outer loop: turn boundaries ---------------------------------------------------------
     def run(self) -> None:
+        """The session's turns until nothing is pending; returns once the last turn's snapshot landed (the
+        worker then releases the lease)."""
         self._assemble()
-        if self.session.status in (Status.RUNNING, Status.RESCHEDULING):
-            self.turn_traceparent = selectors.latest_user_traceparent(self.session_id, tracing.TRACEPARENT_FIELD)
-            self._run_turn()  # a turn whose worker went away: carry on from the log
-        while batch := selectors.pending_events(self.session_id):
-            self._apply(batch)
+        try:
+            if self.session.status in (Status.RUNNING, Status.RESCHEDULING):
+                self.turn_traceparent = selectors.latest_user_traceparent(self.session_id, tracing.TRACEPARENT_FIELD)
+                self._run_turn()  # a turn whose worker went away: carry on from the log
+            while batch := selectors.pending_events(self.session_id):
+                self._apply(batch)
+        finally:
+            self.sandbox.settle()
 
     def _apply(self, batch: list[SessionEvent]) -> None:
         """Acknowledge the batch; an interrupt after the last input cancels the turn it would start.
@@ -174,9 +180,9 @@ class SessionRunner:
             retry = "exhausted" if failure.retryable else "terminal"
             self.turn.error(failure.kind, failure.message, retry=retry)
             stop_reason, details = {"type": "retries_exhausted"}, None
-        self.sandbox.snapshot()
         self.turn.add_usage({}, active_seconds=time.monotonic() - started)
         self.turn.set_status(Status.IDLE, stop_reason, details)
+        self.sandbox.snapshot()  # lands in the background: the idle status does not wait for it
         return stop_reason
 
     def _advance(self) -> dict[str, Any]:

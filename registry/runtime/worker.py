@@ -8,12 +8,14 @@ runner instead (an interrupt, an archive, a new message), so turns notice them a
 
 SIGTERM (or SIGINT) drains: the worker stops claiming (`/readyz` answers 503), running turns stop at
 their next checkpoint without writing, their leases are released and the other workers notified, so
-one of them resumes each from the log at once. A turn stuck where there is no checkpoint (waiting for
-a model's first byte, a package build) is let go after `REGISTRY_RUNTIME_DRAIN_SECONDS`: its lease
-released the same way, its thread abandoned (`runsessions` then exits without waiting for it; its
-writes are fenced out). A second signal stops the process immediately. Turns, tool calls, sandboxes
-and leases are counted for Prometheus (`MeteredObserver`, the backend's `on_create`); the turn loop
-stays free of metrics.
+one of them resumes each from the log at once. A session's lease is released only once its last
+workspace snapshot landed (they land in the background after the turn's idle status), so a drain
+waits for those in flight too. A turn or snapshot stuck past `REGISTRY_RUNTIME_DRAIN_SECONDS` (a
+model's first byte, a package build, a slow store) is let go: its lease marked lost and released the
+same way, its thread abandoned (`runsessions` then exits without waiting for it; its writes are fenced
+out, its snapshot never becomes the latest). A second signal stops the process immediately. Turns,
+tool calls, sandboxes and leases are counted for Prometheus (`MeteredObserver`, the backend's
+`on_create`); the turn loop stays free of metrics.
 """
 
 from __future__ import annotations
@@ -239,7 +241,8 @@ class Worker:
         with self.runners_lock:
             stuck = [runner.lease for runner in self.runners.values()]
         for lease in stuck:
-            logger.warning("session %s: its turn reached no checkpoint in time; letting it go", lease.session_id)
+            logger.warning("session %s: its turn or snapshot did not end in time; letting it go", lease.session_id)
+            lease.lost.set()  # a snapshot the abandoned thread still takes does not land once another worker may
             self.keeper.drop(lease)
             self.abandoned.append(lease.session_id)
             try:

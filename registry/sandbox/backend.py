@@ -25,15 +25,16 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 
 from registry.core.egress import EgressRules
 from registry.sandbox import cgroups, snapshots
+from registry.sandbox.bubblewrap import bwrap_failure, bwrap_path, usable_bwrap
 from registry.sandbox.disks import (
     DiskUnavailable,
     SessionDisk,
@@ -44,9 +45,10 @@ from registry.sandbox.disks import (
 from registry.sandbox.egress import BRIDGE_SOURCE, PROXY_PORT, EgressProxy, chown_socket
 from registry.sandbox.fsops import read_regular_file, remove_beneath
 from registry.sandbox.interception import Interception, SecretInjection, interception_for
-from registry.sandbox.launch import SHELL_PATH, Confinement, View, bwrap_path, start
+from registry.sandbox.launch import SHELL_PATH, Confinement, View, start
 from registry.sandbox.spec import SANDBOX_HOME, CommandResult, Limits, Mount, SandboxSpec, SandboxUnavailable
-from registry.sandbox.uids import UidAllocator, recorded_uid
+from registry.sandbox.uids import HOST_UID_BASE, UidAllocator, recorded_uid
+from registry.sandbox.userinstalls import user_installs
 
 __all__ = [
     "SANDBOX_HOME",
@@ -72,16 +74,27 @@ SHELL_STARTUP = (
     f"for _ in $(seq 100); do (echo -n > /dev/tcp/127.0.0.1/{PROXY_PORT}) 2>/dev/null && break; sleep 0.01; done; "
     "exec /bin/bash --noprofile --norc"
 )
-ARCHIVE = ("tar", "--create", "--gzip", "--sparse", "--file=-", "--directory", SANDBOX_HOME, "--one-file-system",
+# A snapshot's helper: tar's incremental state after the last snapshot is bound at `previous` (read-only)
+# for an increment, and copied to `next` (bound writable; empty for a base), which tar updates.
+SNAPSHOT_STATE = "/snapshot"
+ARCHIVE = ("tar", "--create", "--format=posix", "--pax-option=delete=atime,delete=ctime",
+           f"--listed-incremental={SNAPSHOT_STATE}/next", "--no-check-device", "--use-compress-program=gzip -1",
+           "--sparse", "--file=-", "--directory", SANDBOX_HOME, "--one-file-system",
            "--ignore-failed-read", "--warning=no-file-changed", "--warning=no-file-ignored", ".")  # fmt: skip
+ARCHIVE_SCRIPT = (
+    f'if [ "$1" = increment ]; then cat {SNAPSHOT_STATE}/previous > {SNAPSHOT_STATE}/next || exit 2; fi; '
+    'shift; exec "$@"'
+)
 TAR_FILES_CHANGED = 1  # GNU tar: some file changed while it was read (the archive is still whole)
 
 
 class SandboxHost:
-    """What the sandboxes of one root share: the root, the shared area, disks, cgroups, uids, the spawner."""
+    """What the sandboxes of one root share: the root, the shared area, disks, cgroups, uids, the spawner,
+    the bubblewrap binary, and what they install into their own prefix with (`userinstalls.py`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bwrap: str) -> None:
         self.root = private_directory(root, 0o711)
+        self.bwrap = bwrap
         private_directory(root / "sessions", 0o711)
         mode = settings.REGISTRY_SANDBOX_DISK
         why_not = "REGISTRY_SANDBOX_DISK=directory" if mode == "directory" else image_support(root)
@@ -92,6 +105,7 @@ class SandboxHost:
             self.shared = SharedArea(root, use_image=False)
         if mode == "image" and why_not:
             raise SandboxUnavailable(f"REGISTRY_SANDBOX_DISK=image, but {why_not}")
+        self.user_installs = user_installs(self.shared.path)
         self.uses_images = why_not is None
         if why_not:
             logger.warning("sandbox disks are plain folders (%s): the workspace cap is checked after commands", why_not)
@@ -153,56 +167,75 @@ class BwrapSandbox:
         self.last_used = time.monotonic()
         self.over_cap = False
         self.interception = host.interception_for(spec.injections)
-        self.proxy = EgressProxy(self.disk.run / "egress.sock", spec.network, sandbox_rules(), self.interception)
+        self.proxy = EgressProxy(
+            self.disk.run / "egress.sock", spec.network, sandbox_rules(), self.interception, session_id=spec.session_id
+        )
         chown_socket(self.proxy.socket_path, self.uid)
+        self.local = snapshots.LocalState(place.home)
+        self.snapshot_lock = threading.Lock()  # one snapshot or restore of the session at a time
+        self.destroyed = False
         if place.needs_restore:
-            self._restore(snapshots.version(spec.session_id))
+            self._restore(snapshots.latest(spec.session_id))
             place.needs_restore = False
 
     # -- snapshots ---------------------------------------------------------------------------
-    @property
-    def _version_file(self) -> Path:
-        return self.place.home / "snapshot-version"  # the host's folder: not visible inside
-
-    def _restore(self, version: str | None) -> None:
-        """Unpack the session's snapshot into its (empty) workspace, inside the sandbox as its uid."""
-        if version is None:
-            return
-        with tempfile.TemporaryFile() as archive:
-            if not snapshots.fetch(self.spec.session_id, archive):
-                return
-            try:
-                output = self._helper(["/usr/bin/python3", "-I", "-c", UNPACK_SOURCE], stdin=archive)
-            except OSError as error:  # a damaged archive: the session goes on with what could be unpacked
-                logger.warning("restoring the snapshot of %s failed: %s", self.spec.session_id, error)
-                output = ""
-        skipped = [line for line in output.splitlines() if line.startswith("skipped: ")]
-        if skipped:
-            logger.warning("restoring %s skipped %d entries", self.spec.session_id, len(skipped))
-        self._version_file.write_text(version)
+    def _restore(self, chain: snapshots.Chain | None) -> None:
+        """Unpack the session's chain into its (empty) workspace, inside the sandbox as its uid."""
+        if chain is not None:
+            with tempfile.TemporaryFile() as archives:
+                snapshots.fetch(self.spec.session_id, chain, archives)
+                try:
+                    output = self._helper(["/usr/bin/python3", "-I", "-c", UNPACK_SOURCE], stdin=archives)
+                except OSError as error:  # a damaged archive: the session goes on with what could be unpacked
+                    logger.warning("restoring the snapshot of %s failed: %s", self.spec.session_id, error)
+                    output = ""
+            skipped = [line for line in output.splitlines() if line.startswith("skipped: ")]
+            if skipped:
+                logger.warning("restoring %s skipped %d entries", self.spec.session_id, len(skipped))
+        self.local.restored(chain.version if chain else None)
 
     def catch_up(self) -> None:
         """A session that ran on another worker since this copy was made: its newer snapshot replaces it."""
-        latest = snapshots.version(self.spec.session_id)
-        local = self._version_file.read_text() if self._version_file.exists() else None
-        if latest is None or latest == local:
+        latest = snapshots.latest(self.spec.session_id)
+        if latest is None or latest.version == self.local.version():
             return
-        with self.lock:
+        with self.snapshot_lock, self.lock:
             self.stop()
             self.disk.clear_workspace(self.uid)
             self._restore(latest)
 
-    def snapshot(self) -> None:
-        """The workspace to storage, archived inside a sandbox view as the session's uid (so it holds only
-        what the session itself can read); refused (OSError) while it is over its size cap."""
+    def snapshot(self, *, commit_if: Callable[[], None] | None = None) -> None:
+        """The workspace to storage: an increment of the session's chain when this host made its latest link,
+        else a new base. Archived inside a sandbox view as the session's uid (so it holds only what the
+        session itself can read), one snapshot of the session at a time; refused (OSError) while the
+        workspace is over its size cap or once the sandbox is destroyed. `commit_if` runs just before the
+        snapshot becomes the session's latest: an exception from it abandons the snapshot."""
         if self.over_quota():
             raise OSError(f"the workspace is over its {self.limits.workspace_mb} MB cap; not snapshotted")
-        with self.lock, tempfile.TemporaryFile() as archive:
-            process = self._start_helper(list(ARCHIVE), stdout=archive, writable=False)
-            status = self._finish(process)
-            if status not in (0, TAR_FILES_CHANGED):
-                raise OSError(f"archiving the workspace failed (tar exit status {status})")
-            self._version_file.write_text(snapshots.save(self.spec.session_id, archive))
+        with self.snapshot_lock:
+            if self.destroyed:
+                raise OSError("the sandbox was destroyed; not snapshotted")
+            chain = snapshots.latest(self.spec.session_id)
+            after = chain if self.local.continues(chain) else None
+            try:
+                with tempfile.TemporaryFile() as archive:
+                    self._archive(archive, increment=after is not None)
+                    landed = snapshots.extend(self.spec.session_id, archive, after=after, commit_if=commit_if)
+            except BaseException:
+                self.local.abandoned()
+                raise
+            self.local.committed(landed.version)
+
+    def _archive(self, into: IO[bytes], *, increment: bool) -> None:
+        """tar in a helper with the workspace read-only and its incremental state bound (see `ARCHIVE_SCRIPT`)."""
+        mounts = [Mount(self.local.start(self.uid), f"{SNAPSHOT_STATE}/next", read_only=False)]
+        if increment:
+            mounts.append(Mount(self.local.state, f"{SNAPSHOT_STATE}/previous"))
+        kind = "increment" if increment else "base"
+        inner = ["/bin/sh", "-c", ARCHIVE_SCRIPT, "snapshot", kind, *ARCHIVE]
+        status = self._finish(self._start_helper(inner, stdout=into, writable=False, mounts=tuple(mounts)))
+        if status not in (0, TAR_FILES_CHANGED):
+            raise OSError(f"archiving the workspace failed (tar exit status {status})")
 
     def _helper(self, inner: list[str], *, stdin: IO[bytes]) -> str:
         """Run `inner` in a helper sandbox with the workspace writable; its output (capped)."""
@@ -215,14 +248,12 @@ class BwrapSandbox:
 
     def _start_helper(
         self, inner: list[str], *, stdin: int | IO[bytes] = subprocess.DEVNULL,
-        stdout: int | IO[bytes] = subprocess.PIPE, writable: bool = True,
+        stdout: int | IO[bytes] = subprocess.PIPE, writable: bool = True, mounts: tuple[Mount, ...] = (),
     ) -> subprocess.Popen[bytes]:  # fmt: skip
-        """A helper: the session's uid, cgroup and caps, its workspace and nothing else (no network)."""
-        view = View(workspace=self.workspace, workspace_writable=writable)
+        """A helper: the session's uid, cgroup and caps, its workspace (and `mounts`), nothing else (no network)."""
+        view = View(workspace=self.workspace, workspace_writable=writable, mounts=mounts)
         stderr = subprocess.STDOUT if stdout == subprocess.PIPE else subprocess.DEVNULL  # never into an archive
-        return self.host.spawner.submit(
-            start, view, self.confinement, inner, stdin=stdin, stdout=stdout, stderr=stderr
-        ).result()
+        return self._start(view, inner, stdin=stdin, stdout=stdout, stderr=stderr)
 
     def _finish(self, process: subprocess.Popen[bytes]) -> int:
         try:
@@ -280,19 +311,26 @@ class BwrapSandbox:
 
     # -- starting processes inside ---------------------------------------------------------
     def view(self) -> View:
+        """The session's view: its workspace, the runtime's pip and its own mounts, egress, trust, and its
+        variables with those that make `pip install` and `npm install -g` use its prefix."""
+        installs = self.host.user_installs
         return View(
             workspace=self.workspace,
-            mounts=self.spec.mounts,
+            mounts=(*installs.mounts, *self.spec.mounts),
             socket=self.proxy.socket_path,
             bundle=self.interception.bundle if self.interception else None,
-            env=self.spec.env,
+            env=installs.env(self.spec.env),
         )
 
     def spawn(self, *inner: str) -> subprocess.Popen[bytes]:
-        """Start a process in the sandbox, forked by the backend's long-lived spawner thread: bwrap's
+        """Start a process in the sandbox with the session's view."""
+        return self._start(self.view(), inner)
+
+    def _start(self, view: View, inner: Sequence[str], **streams: Any) -> subprocess.Popen[bytes]:
+        """Start `inner` in a sandbox with `view`, forked by the backend's long-lived spawner thread: bwrap's
         `--die-with-parent` follows the thread that forked it, so a short-lived caller thread would take
         the sandbox with it when it ends (the worker process dying still does)."""
-        return self.host.spawner.submit(start, self.view(), self.confinement, inner).result()
+        return self.host.spawner.submit(start, self.host.bwrap, view, self.confinement, inner, **streams).result()
 
     # -- the shell ---------------------------------------------------------------------------
     def run(self, command: str, *, timeout_ms: int | None = None, restart: bool = False) -> CommandResult:
@@ -394,7 +432,10 @@ class BwrapSandbox:
             self.cgroup.kill()
 
     def destroy(self) -> None:
-        """Stop everything and remove the session's disk and host folder; its uid is free again after."""
+        """Stop everything and remove the session's disk and host folder; its uid is free again after. A
+        snapshot in flight lands first; none starts after."""
+        with self.snapshot_lock:
+            self.destroyed = True
         self.stop()
         if self.cgroup is not None:
             self.cgroup.destroy()
@@ -466,6 +507,8 @@ class BwrapBackend:
         self.lock = threading.Lock()
         self._host: SandboxHost | None = None
         self._host_lock = threading.Lock()
+        self._bwrap: str | None = None
+        self._bwrap_lock = threading.Lock()
 
     @property
     def host(self) -> SandboxHost:
@@ -474,10 +517,19 @@ class BwrapBackend:
         with self._host_lock:
             if self._host is None:
                 try:
-                    self._host = SandboxHost(self.root)
+                    self._host = SandboxHost(self.root, self.bwrap)
                 except OSError as error:
                     raise SandboxUnavailable(f"the session's sandbox could not be prepared: {error}") from None
             return self._host
+
+    @property
+    def bwrap(self) -> str:
+        """The bubblewrap binary this root's sandboxes start, one every session uid can run (`bubblewrap.py`:
+        a root-owned copy under `<root>/tools` where need be), chosen once."""
+        with self._bwrap_lock:
+            if self._bwrap is None:
+                self._bwrap = usable_bwrap(self.root / "tools", lambda: private_directory(self.root, 0o711))
+            return self._bwrap
 
     @property
     def shared(self) -> Path:
@@ -526,13 +578,14 @@ class BwrapBackend:
         return session_id in self.sandboxes
 
     def health(self) -> str | None:
-        """Why no sandbox can start here (no usable bubblewrap), or None; the root is set up by the first
-        session that needs it, which reports a root that cannot be."""
+        """Why no sandbox can start here, or None: the worker's start-up check that bubblewrap (and every
+        library it loads) starts as an unprivileged uid, as a session's sandbox starts it. The rest of the
+        root is set up by the first session that needs it, which reports a root that cannot be."""
         try:
-            bwrap_path()
-        except SandboxUnavailable as problem:
+            bwrap = self.bwrap
+        except (SandboxUnavailable, OSError) as problem:
             return str(problem)
-        return None
+        return bwrap_failure(bwrap, HOST_UID_BASE)
 
     def close(self) -> None:
         with self.lock:

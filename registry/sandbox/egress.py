@@ -9,8 +9,11 @@ the host, checks every address against the egress rules (no loopback, private, l
 address unless `REGISTRY_SANDBOX_EGRESS_ALLOW` lifts it) and the environment's policy
 (`unrestricted`: any public host; `limited`: `allowed_hosts`, plus package indexes with
 `allow_package_managers`, plus the agent's MCP hosts with `allow_mcp_servers`), then connects to the
-address it checked (no second lookup, no rebinding). A refusal is an HTTP 403 with the reason and
-a counted metric, never a hang. A raw socket in the sandbox reaches nothing but its own loopback.
+address it checked (no second lookup, no rebinding). A refusal is never a hang: an HTTP 403 (502 for a
+host that does not resolve or answer) whose reason phrase, body and `X-Sandbox-Egress-Refused` header
+name the rule and the address ("refused: 203.0.113.80 (pypi.org) is in a documentation range;
+REGISTRY_SANDBOX_EGRESS_ALLOW lifts it"), or the matching SOCKS reply code; each is counted and logged
+with the sandbox's session (`refusals`). A raw socket in the sandbox reaches nothing but its own loopback.
 For a host and port one of the sandbox's secrets goes to, a CONNECT is intercepted: the proxy ends the
 sandbox's TLS with the deployment CA and relays HTTP itself (`relaying`), putting the secrets in place of
 their placeholders where the request names the host it really goes to. Plain `http://` requests are
@@ -33,12 +36,14 @@ from pathlib import Path
 
 from django.conf import settings
 
-from registry.core.egress import EgressRefused, EgressRules, check_addresses, resolve
+from registry.core.egress import EgressRefused, EgressRules, IpAddress, check_addresses, resolve
+from registry.core.observability import log_ids
 from registry.sandbox.hostnames import Endpoint, host_listed, normalized
 from registry.sandbox.interception import Interception
 from registry.sandbox.openings import Opening, OpeningKind, read_opening
-from registry.sandbox.refusals import REFUSED, Refusal
-from registry.sandbox.relaying import ExchangeRules, HttpRelay, relay_blindly
+from registry.sandbox.refusals import REFUSED as REFUSED  # the counter, where the tests and metrics look
+from registry.sandbox.refusals import Refusal, refused
+from registry.sandbox.relaying import NOT_A_PROXY_REQUEST, ExchangeRules, HttpRelay, relay_blindly
 
 PROXY_PORT = 3128
 SOCKET_INSIDE = "/run/egress.sock"
@@ -60,10 +65,8 @@ PACKAGE_INDEX_HOSTS = (
 SOCKS_VERSION, SOCKS_NO_AUTH, SOCKS_CONNECT = 5, 0, 1
 SOCKS_SUCCEEDED, SOCKS_REFUSED, SOCKS_UNREACHABLE, SOCKS_BAD_COMMAND, SOCKS_BAD_ADDRESS = 0, 2, 4, 7, 8
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
-TOO_MANY_CONNECTIONS = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n"
-    b"This sandbox has as many connections open through its proxy as it may; close some and try again.\n"
-)
+TOO_MANY_CONNECTIONS = "this sandbox has as many connections open through its proxy as it may; close some and try again"
+EXCEPTION_SETTING = "REGISTRY_SANDBOX_EGRESS_ALLOW"
 # Runs inside the sandbox (its python3): 127.0.0.1:3128 -> the proxy's Unix socket, byte for byte.
 BRIDGE_SOURCE = f"""
 import socket, threading
@@ -133,15 +136,30 @@ class NetworkPolicy:
             listed += self.mcp_hosts
         return host_listed(host, listed)
 
+    def admitting(self, host: str) -> str:
+        """What would admit a host this policy refuses (the setting of `config.networking` to change)."""
+        if not self.allow_package_managers and host_listed(host, PACKAGE_INDEX_HOSTS):
+            return "networking.allow_package_managers admits it (a package index)"
+        if not self.allow_mcp_servers and host_listed(host, self.mcp_hosts):
+            return "networking.allow_mcp_servers admits it (an MCP server of the agent)"
+        return "networking.allowed_hosts admits it"
+
 
 class EgressProxy:
     """One sandbox's proxy: a Unix socket on the host, a thread per connection up to a cap (and a second one
-    while a connection is relayed blind)."""
+    while a connection is relayed blind). Its threads log with the sandbox's `session_id`."""
 
     def __init__(
-        self, socket_path: Path, policy: NetworkPolicy, rules: EgressRules, interception: Interception | None = None
+        self,
+        socket_path: Path,
+        policy: NetworkPolicy,
+        rules: EgressRules,
+        interception: Interception | None = None,
+        *,
+        session_id: str | None = None,
     ) -> None:
         self.socket_path, self.policy, self.rules, self.interception = socket_path, policy, rules, interception
+        self.session_id = session_id
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         self.listener = socket.socket(socket.AF_UNIX)
@@ -164,23 +182,28 @@ class EgressProxy:
             self.socket_path.unlink()
 
     def _accept(self) -> None:
-        while not self.closed.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.slots.acquire(blocking=False):
-                _turn_away(client)
-                continue
-            try:
-                threading.Thread(target=self._serve_in_slot, args=(client,), daemon=True).start()
-            except RuntimeError:  # the host is out of threads: this connection is turned away, the next may fit
-                self.slots.release()
-                _turn_away(client)
+        with log_ids(session_id=self.session_id):
+            while not self.closed.is_set():
+                try:
+                    client, _ = self.listener.accept()
+                except OSError:
+                    return
+                self._hand_over(client)
+
+    def _hand_over(self, client: socket.socket) -> None:
+        """A thread of its own for the connection, or the 503 when the sandbox holds as many as it may."""
+        if not self.slots.acquire(blocking=False):
+            _turn_away(client)
+            return
+        try:
+            threading.Thread(target=self._serve_in_slot, args=(client,), daemon=True).start()
+        except RuntimeError:  # the host is out of threads: this connection is turned away, the next may fit
+            self.slots.release()
+            _turn_away(client)
 
     def _serve_in_slot(self, client: socket.socket) -> None:
         try:
-            with client:
+            with client, log_ids(session_id=self.session_id):
                 self._serve(client)
         finally:
             self.slots.release()
@@ -198,7 +221,7 @@ class EgressProxy:
         elif target.lower().startswith("http://"):
             self._serve_plain(client, received)
         else:
-            _answer(client, 400, "The proxy takes CONNECT host:port or absolute http:// requests.")
+            _refuse(client, Refusal(400, NOT_A_PROXY_REQUEST, "bad_request"))
 
     def _serve_plain(self, client: socket.socket, received: bytes) -> None:
         """Absolute-form `http://` requests, each to the host it names, relayed as HTTP."""
@@ -209,7 +232,7 @@ class EgressProxy:
         host, _, port_text = target.rpartition(":")
         host = host.strip("[]")
         if not host or not port_text.isdigit():
-            _answer(client, 400, "CONNECT takes host:port.")
+            _refuse(client, Refusal(400, "CONNECT takes host:port", "bad_request"))
             return
         port = int(port_text)
         upstream = self._connect(client, host, port)
@@ -237,15 +260,14 @@ class EgressProxy:
         try:
             secured_upstream = interception.open_upstream(upstream, endpoint.host)
         except OSError as error:  # ssl.SSLCertVerificationError included
-            REFUSED.labels(reason="upstream_tls").inc()
-            message = f"{endpoint.host} did not complete a TLS handshake this proxy trusts ({type(error).__name__})."
-            _answer(client, 502, message)
+            what = f"{endpoint.host} did not complete a TLS handshake this proxy trusts ({type(error).__name__})"
+            _refuse(client, Refusal(502, what, "upstream_tls", host=endpoint.host, port=endpoint.port))
             return
         with secured_upstream:
             client.sendall(ESTABLISHED)
             opening = read_opening(client, received=early)
             if opening.kind is not OpeningKind.TLS or not _names_tunnel(opening, endpoint):
-                _count_refused_opening(opening)
+                _count_refused_opening(opening, endpoint)
                 return
             try:
                 secured_client = interception.accept_client(client, endpoint.host, opening.data)
@@ -273,7 +295,7 @@ class EgressProxy:
         elif self._passes_blind(opening, endpoint):
             relay_blindly(client, upstream, opening.data)
         else:
-            _count_refused_opening(opening)
+            _count_refused_opening(opening, endpoint)
 
     def _passes_blind(self, opening: Opening, endpoint: Endpoint) -> bool:
         """TLS the proxy does not end (naming the tunnel's host, under `limited`), and any protocol that is
@@ -287,7 +309,7 @@ class EgressProxy:
         try:
             return self._open(host, port)
         except Refusal as refusal:
-            _answer(client, refusal.status, refusal.message)
+            _refuse(client, refusal)
             return None
 
     def _open_endpoint(self, endpoint: Endpoint) -> socket.socket:
@@ -297,22 +319,30 @@ class EgressProxy:
         """Connect to `host:port` after the environment's policy and the egress rules said yes, to the very
         address that was checked (no second lookup)."""
         if not self.policy.allows(host):
-            raise Refusal(403, f"{host} is not in this environment's allowed hosts.", "not_allowed")
+            what = f"{host} is not among the hosts this environment allows; {self.policy.admitting(host)}"
+            raise Refusal(403, what, "not_allowed", host=host, port=port)
+        address = self._checked_address(host, port)
+        try:
+            upstream = socket.create_connection((str(address), port), timeout=CONNECT_TIMEOUT_SECONDS)
+        except OSError as error:
+            what = f"{host}:{port} could not be reached ({type(error).__name__})"
+            raise Refusal(502, what, "unreachable", host=host, address=str(address), port=port) from None
+        upstream.settimeout(None)  # the timeout was for connecting; a quiet stream may stay open
+        return upstream
+
+    def _checked_address(self, host: str, port: int) -> IpAddress:
+        """The address to connect to, once every address the host resolves to passed the egress rules."""
         try:
             addresses = resolve(host, port)
             check_addresses(host, port, addresses, self.rules)
         except EgressRefused as refused:
-            raise Refusal(403, str(refused), "address") from None
-        try:
-            upstream = socket.create_connection((str(addresses[0]), port), timeout=CONNECT_TIMEOUT_SECONDS)
-        except OSError as error:
-            raise Refusal(502, f"{host}:{port} could not be reached ({type(error).__name__}).", "unreachable") from None
-        upstream.settimeout(None)  # the timeout was for connecting; a quiet stream may stay open
-        return upstream
+            raise _address_refusal(host, port, refused) from None
+        return addresses[0]
 
     def _serve_socks(self, client: socket.socket) -> None:
         """SOCKS5 (RFC 1928) on the same socket: no authentication, CONNECT only, the same checks as an HTTP
-        CONNECT and the same tunnel, never intercepted: a credential's placeholder passes unchanged."""
+        CONNECT and the same tunnel, never intercepted: a credential's placeholder passes unchanged. A refusal
+        is reply 2 (not allowed by the ruleset), a host that does not resolve or answer 4 (host unreachable)."""
         client.settimeout(30)
         try:
             host, port = _socks_request(client)
@@ -343,21 +373,31 @@ def _names_tunnel(opening: Opening, endpoint: Endpoint) -> bool:
     return opening.server_name is None or normalized(opening.server_name) == normalized(endpoint.host)
 
 
-def _count_refused_opening(opening: Opening) -> None:
+def _address_refusal(host: str, port: int, refused: EgressRefused) -> Refusal:
+    """Why the egress rules keep the proxy off a host: the address and its range, or that it did not resolve."""
+    if refused.address is None or refused.rule is None:
+        return Refusal(502, f"{host} could not be resolved", "unresolvable", host=host, port=port)
+    address = str(refused.address)
+    subject = address if normalized(host) == address else f"{address} ({host})"
+    what = f"{subject} {refused.rule.says}; {EXCEPTION_SETTING} lifts it"
+    return Refusal(403, what, "address", rule=refused.rule.name, host=host, address=address, port=port)
+
+
+def _count_refused_opening(opening: Opening, endpoint: Endpoint) -> None:
     """A tunnel closed before anything was passed on (a TLS client could not read an HTTP refusal)."""
     if opening.kind is OpeningKind.TLS:
-        REFUSED.labels(reason="sni_mismatch").inc()
+        refused("sni_mismatch", host=endpoint.host, port=endpoint.port)
     elif opening.kind is not OpeningKind.SILENT:
-        REFUSED.labels(reason="unreadable_opening").inc()
+        refused("unreadable_opening", host=endpoint.host, port=endpoint.port)
 
 
 def _turn_away(client: socket.socket) -> None:
     """Over the cap: answered (and counted) by the accepting thread, which must not wait on the client."""
-    REFUSED.labels(reason="too_many_connections").inc()
+    answer = Refusal(503, TOO_MANY_CONNECTIONS, "too_many_connections").answer()
     with client:
         client.setblocking(False)
         with contextlib.suppress(OSError):
-            client.send(TOO_MANY_CONNECTIONS)
+            client.send(answer.encode())
 
 
 def _first_byte(client: socket.socket) -> int | None:
@@ -429,12 +469,10 @@ def _request_line(head: bytes) -> tuple[str, str]:
     return (parts[0].upper(), parts[1]) if len(parts) == 3 else ("", "")
 
 
-def _answer(client: socket.socket, status: int, message: str) -> None:
-    body = (message + "\n").encode()
-    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
-    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {len(body)}\r\n"
+def _refuse(client: socket.socket, refusal: Refusal) -> None:
+    """The refusal's answer, on a connection no tunnel was opened on."""
     with contextlib.suppress(OSError):
-        client.sendall(head.encode() + b"connection: close\r\n\r\n" + body)
+        client.sendall(refusal.answer().encode())
 
 
 def chown_socket(path: Path, uid: int) -> None:

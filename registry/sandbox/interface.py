@@ -4,6 +4,7 @@ implementation; the runtime, the toolset and the package builder name only these
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -75,14 +76,17 @@ class Sandbox(Protocol):
         """Why the workspace breaks its size cap, or None."""
         ...
 
-    def snapshot(self) -> None:
-        """The workspace to storage, so any worker can go on (OSError when it cannot be taken)."""
+    def snapshot(self, *, commit_if: Callable[[], None] | None = None) -> None:
+        """The workspace to storage, so any worker can go on (OSError when it cannot be taken): only what
+        changed since the session's last snapshot, when this host took it. Snapshots of a session run one at
+        a time; a failed one leaves the previous snapshot the latest. `commit_if` runs just before this one
+        becomes the latest: an exception from it (a lost lease) abandons it."""
 
     def stop(self) -> None:
         """Stop the shell and everything started in it; the files stay."""
 
     def destroy(self) -> None:
-        """Stop and remove the sandbox and its disk on this host."""
+        """Stop and remove the sandbox and its disk on this host (after a snapshot in flight landed)."""
 
 
 class SandboxBackend(Protocol):

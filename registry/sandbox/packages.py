@@ -15,8 +15,16 @@ pass from the runtime's environment into the build, for a mirror.
 
 Layers live in the shared area, `<sandbox root>/shared/layers/<key>`, the key a digest of the environment id and its
 packages; an flock on its `lock` file makes threads and worker processes wait for one build, `.complete`
-marks a finished layer, and `build.log` is kept either way (a failed build has no mark: the next call
-retries).
+marks a finished layer, and `build.log` is kept either way.
+
+A failed build says which installer failed, for which packages, and why, as read from its log: a refusal
+of the sandbox's egress proxy (quoted by the installer from the proxy's reason phrase), the build script's
+own cause, the installer's last error line, else the log's last lines. It is remembered beside the layer
+(`failed.json`: the failure, when, how many times in a row, and under which conditions) and not tried
+again before a backoff elapses (`REGISTRY_SANDBOX_BUILD_RETRY_SECONDS`, doubling with each failure up to
+`REGISTRY_SANDBOX_BUILD_RETRY_MAX_SECONDS`): meanwhile every call gets the same failure at once. New
+packages are a new layer, built at once; so is a build under other conditions (the environment's
+networking, the mirrors, `REGISTRY_SANDBOX_EGRESS_ALLOW`), tried at once.
 """
 
 from __future__ import annotations
@@ -27,21 +35,27 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
+import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
+
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.fsops import chown_tree, locked
 from registry.sandbox.interface import SandboxBackend
 from registry.sandbox.launch import SHELL_PATH
-from registry.sandbox.spec import Mount, SandboxSpec
+from registry.sandbox.refusals import PHRASE_MARK, UNSAFE_CHARACTERS
+from registry.sandbox.spec import CommandResult, Mount, SandboxSpec
 
 LAYER_INSIDE = "/opt/packages"
 BUILD_INSIDE = "/opt/build"
@@ -62,6 +76,13 @@ MIRROR_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", 
 BUILD_TIMEOUT_MS = 30 * 60 * 1000
 BUILD_OUTPUT_LIMIT = 400_000
 LAST_LINES = 20
+COMPLETE, FAILED = ".complete", "failed.json"
+# What a build log says (`BUILD_SOURCE` marks each installer's start and its own causes of failure).
+STEP = re.compile(r"^== installing (\w+) packages:", re.MULTILINE)
+OWN_CAUSE = re.compile(r"^== cause: (.+)$", re.MULTILINE)
+PROXY_REFUSAL = re.compile(rf"{PHRASE_MARK} (refused: [^{re.escape(UNSAFE_CHARACTERS)}\r\n]+)")
+INSTALLER_ERROR = re.compile(r"^(?:ERROR|E|error|npm ERR!|npm error)(?:\[[\w-]+\])?:?\s+(\S.*)$", re.MULTILINE)
+NOT_A_CAUSE = ("A complete log of this run",)
 MULTIARCH = getattr(sys.implementation, "_multiarch", "x86_64-linux-gnu")
 
 # Runs inside the build sandbox (its python3, standard library only): /opt/build/spec.json holds
@@ -72,11 +93,15 @@ LAYER, HOME = "/opt/packages", os.environ["HOME"]
 MAINTAINER_SCRIPTS = {"preinst", "postinst", "prerm", "postrm", "config"}
 os.umask(0o022)
 
+def fail(cause):
+    print("== cause:", cause, flush=True)
+    sys.exit(1)
+
 def run(*argv, **extra):
     print("$", *argv, flush=True)
     status = subprocess.run(argv, stdin=subprocess.DEVNULL, env={**os.environ, **extra}).returncode
     if status:
-        sys.exit(f"{argv[0]} exited with status {status}")
+        sys.exit(status)
 
 def pip(names):
     run("python3", "-m", "pip", "install", "--no-input", "--no-cache-dir", "--disable-pip-version-check",
@@ -96,8 +121,8 @@ def apt(names):
         with tarfile.open(fileobj=io.BytesIO(control)) as archive:
             scripts = sorted(MAINTAINER_SCRIPTS & {os.path.basename(name) for name in archive.getnames()})
         if scripts:
-            sys.exit(f"apt: {os.path.basename(deb)} has maintainer scripts ({', '.join(scripts)}), which need root "
-                     "to run: it cannot be installed into the package layer.")
+            fail(f"{os.path.basename(deb)} has maintainer scripts ({', '.join(scripts)}), which need root to run: "
+                 "it cannot be installed into the package layer")
     for deb in debs:
         run("dpkg-deb", "-x", deb, LAYER + "/apt")
 
@@ -114,6 +139,7 @@ def go(names):
 INSTALLERS = {"apt": apt, "pip": pip, "npm": npm, "cargo": cargo, "gem": gem, "go": go}
 with open("/opt/build/spec.json") as spec:
     for manager, names in json.load(spec).items():
+        print("== installing", manager, "packages:", *names, flush=True)
         INSTALLERS[manager](names)
 print("packages installed", flush=True)
 """
@@ -128,7 +154,33 @@ class PackageLayer:
 
 
 class PackageBuildFailed(Exception):
-    """The layer could not be built; the message ends with the installer's last lines."""
+    """The layer could not be built: the message names the installer, its packages and the cause, and when
+    the build is tried again."""
+
+
+@dataclass(frozen=True)
+class BuildFailure:
+    """A failed build, as remembered beside its layer (`failed.json`)."""
+
+    summary: str  # "pip could not install latepkg: No matching distribution found for latepkg"
+    details: str = ""  # the log's last lines, where no cause could be read from it
+    conditions: str = ""  # a digest of what the build depended on besides its packages (`_conditions`)
+    attempts: int = 1  # failed builds in a row under these conditions
+    failed_at: float = 0.0  # wall-clock time: worker processes share the marker
+
+    def retry_at(self) -> float:
+        """When the next build may start: the backoff doubles with each failure, up to its cap."""
+        backoff = settings.REGISTRY_SANDBOX_BUILD_RETRY_SECONDS * 2 ** (self.attempts - 1)
+        return self.failed_at + min(backoff, settings.REGISTRY_SANDBOX_BUILD_RETRY_MAX_SECONDS)
+
+    def error(self) -> PackageBuildFailed:
+        """The failure as the session is told, with when the build is tried again."""
+        wait = _duration(self.retry_at() - time.time())
+        message = (
+            f"{self.summary.rstrip('.')}. Tried again by a turn after {wait}, "
+            "or at once when the environment's packages or networking change."
+        )
+        return PackageBuildFailed(message + (f"\nThe installer's last lines:\n{self.details}" if self.details else ""))
 
 
 def wanted_packages(packages: dict[str, Any] | None) -> dict[str, list[str]]:
@@ -179,13 +231,34 @@ def ensure_layer(
         return None
     directory = backend.shared / "layers" / layer_key(environment_id, wanted)
     layer = PackageLayer(mounts=(Mount(directory / "layer", LAYER_INSIDE),), env=layer_env(wanted))
-    if (directory / ".complete").exists():
+    if (directory / COMPLETE).exists():
         return layer
     with _locked(directory):
-        if not (directory / ".complete").exists():
-            _build(backend, directory, wanted, network)
-            (directory / ".complete").touch()
+        if not (directory / COMPLETE).exists():
+            _build_unless_backing_off(backend, directory, wanted, network)
     return layer
+
+
+def _build_unless_backing_off(
+    backend: SandboxBackend, directory: Path, wanted: dict[str, list[str]], network: NetworkPolicy
+) -> None:
+    """Build the layer, unless its last build under the same conditions failed less than a backoff ago:
+    then that failure again, at once. A failure is remembered; a finished layer is marked complete."""
+    _require_tools(directory, wanted)
+    conditions = _conditions(network)
+    last = _last_failure(directory)
+    if last is not None and last.conditions != conditions:
+        last = None  # other conditions: a first attempt
+    if last is not None and time.time() < last.retry_at():
+        raise last.error()
+    failure = _build(backend, directory, wanted, network)
+    if failure is not None:
+        attempts = last.attempts + 1 if last else 1
+        failure = dataclasses.replace(failure, conditions=conditions, attempts=attempts, failed_at=time.time())
+        _remember(directory, failure)
+        raise failure.error()
+    (directory / FAILED).unlink(missing_ok=True)
+    (directory / COMPLETE).touch()
 
 
 @contextlib.contextmanager
@@ -199,13 +272,20 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
 
 
-def _build(backend: SandboxBackend, directory: Path, wanted: dict[str, list[str]], network: NetworkPolicy) -> None:
+def _require_tools(directory: Path, wanted: dict[str, list[str]]) -> None:
+    """A worker without an installer says so (each time: another worker may have it)."""
     missing = missing_tools(wanted)
     if missing:
         managers = ", ".join(manager for manager in wanted if set(TOOLS[manager]) & set(missing))
         message = f"This worker has no {', '.join(missing)}, needed for the environment's {managers} packages."
         (directory / "build.log").write_text(message + "\n")
         raise PackageBuildFailed(message)
+
+
+def _build(
+    backend: SandboxBackend, directory: Path, wanted: dict[str, list[str]], network: NetworkPolicy
+) -> BuildFailure | None:
+    """Install the packages into a fresh layer in a build sandbox; how it failed, or None."""
     shutil.rmtree(directory / "layer", ignore_errors=True)  # what a failed build left
     spec = SandboxSpec(
         session_id=f"layer_{directory.name}",
@@ -223,10 +303,9 @@ def _build(backend: SandboxBackend, directory: Path, wanted: dict[str, list[str]
         sandbox.destroy()
     chown_tree(directory / "layer", 0)  # the build's processes are gone, so the tree is still: root's from now on
     (directory / "build.log").write_text(result.output)
-    if result.timed_out:
-        _fail(directory, f"Installing the environment's packages timed out after {BUILD_TIMEOUT_MS // 60000} min.")
-    if result.exit_code != 0:
-        _fail(directory, f"Installing the environment's packages failed (exit status {result.exit_code}).")
+    if result.timed_out or result.exit_code != 0:
+        return diagnosed(result, wanted)
+    return None
 
 
 def _prepare(directory: Path, wanted: dict[str, list[str]]) -> list[Mount]:
@@ -301,6 +380,59 @@ def _build_network(network: NetworkPolicy) -> NetworkPolicy:
     return dataclasses.replace(network, allowed_hosts=network.allowed_hosts + hosts)
 
 
-def _fail(directory: Path, message: str) -> None:
-    last_lines = (directory / "build.log").read_text().rstrip().splitlines()[-LAST_LINES:]
-    raise PackageBuildFailed(f"{message} The installer's last lines:\n" + "\n".join(last_lines))
+def diagnosed(result: CommandResult, wanted: dict[str, list[str]]) -> BuildFailure:
+    """Which installer failed, for which packages, and why, as far as its log tells."""
+    log = result.output
+    steps = STEP.findall(log)
+    manager = steps[-1] if steps and steps[-1] in wanted else None
+    subject = f"{manager} could not install {', '.join(wanted[manager])}" if manager else "the build failed"
+    if result.timed_out:
+        return BuildFailure(f"{subject}: it timed out after {BUILD_TIMEOUT_MS // 60000} min", _last_lines(log))
+    cause = _cause(log)
+    if cause is None:
+        return BuildFailure(f"{subject} (exit status {result.exit_code})", _last_lines(log))
+    return BuildFailure(f"{subject}: {cause}")
+
+
+def _cause(log: str) -> str | None:
+    """The most telling line of a failed build's log: a refusal of the egress proxy, the build script's own
+    cause, else the installer's last error line."""
+    if refusal := PROXY_REFUSAL.search(log):
+        return f"the sandbox's egress proxy {refusal.group(1).rstrip()}"
+    if own := OWN_CAUSE.findall(log):
+        return str(own[-1]).strip()
+    errors = [line.strip() for line in INSTALLER_ERROR.findall(log) if not line.startswith(NOT_A_CAUSE)]
+    return errors[-1] if errors else None
+
+
+def _last_lines(log: str) -> str:
+    return "\n".join(log.rstrip().splitlines()[-LAST_LINES:])
+
+
+def _conditions(network: NetworkPolicy) -> str:
+    """A digest of what a build depends on besides its packages: the environment's networking (not the
+    agent's MCP hosts), the mirrors and the operator's egress exceptions."""
+    policy = dataclasses.asdict(dataclasses.replace(_build_network(network), mcp_hosts=()))
+    given = {"network": policy, "mirrors": _mirror_env(), "egress_allow": settings.REGISTRY_SANDBOX_EGRESS_ALLOW}
+    return hashlib.sha256(json.dumps(given, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _last_failure(directory: Path) -> BuildFailure | None:
+    """The failure remembered beside the layer (None without one, or an unreadable one)."""
+    try:
+        return BuildFailure(**json.loads((directory / FAILED).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _remember(directory: Path, failure: BuildFailure) -> None:
+    """Write the failure beside the layer, whole or not at all (a worker that dies meanwhile leaves the last one)."""
+    staging = directory / f"{FAILED}.new"
+    staging.write_text(json.dumps(dataclasses.asdict(failure)))
+    os.replace(staging, directory / FAILED)
+
+
+def _duration(seconds: float) -> str:
+    """A wait as people read it: seconds up to two minutes, then minutes."""
+    whole = max(math.ceil(seconds), 0)
+    return f"{whole} s" if whole < 120 else f"{math.ceil(whole / 60)} min"

@@ -10,7 +10,6 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -19,7 +18,7 @@ import h11
 from registry.sandbox.hostnames import Endpoint, names_endpoint, parse_authority
 from registry.sandbox.interception import SecretInjection
 from registry.sandbox.redaction import Inflater, Redactor, UnreadableEncoding, inflater_for
-from registry.sandbox.refusals import Refusal
+from registry.sandbox.refusals import ProxyAnswer, Refusal
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024  # a body the proxy must rewrite is held whole
@@ -30,6 +29,7 @@ REFRAMED = (b"content-length", b"transfer-encoding", b"expect")
 # Asked for by the proxy where it redacts: whole, uncompressed answers (a range could cut a secret in two).
 UNREDACTABLE_REQUEST_HEADERS = (b"accept-encoding", b"range", b"if-range")
 NO_BODY_STATUSES = (204, 304)
+NOT_A_PROXY_REQUEST = "the proxy takes CONNECT host:port or absolute http:// requests"
 
 
 class Stream(Protocol):
@@ -108,18 +108,19 @@ class HttpRelay:
                 injection for injection in self.rules.injections if injection.covers(destination.host, destination.port)
             )
             if (self.rules.bind_hosts or covering) and not _names(request, destination):
-                message = f"The request names another host than {destination.authority()}, where this connection goes."
-                raise Refusal(403, message, "host_mismatch")
+                what = f"the request names another host than {destination.authority()}, where this connection goes"
+                raise Refusal(403, what, "host_mismatch", host=destination.host, port=destination.port)
             upstream = self._upstream_for(destination)
         except Refusal as refusal:
-            self.client.sendall(self._answer(refusal.status, refusal.message))
+            self.client.sendall(self._answer(refusal.answer()))
             return False
         if self.inbound.they_are_waiting_for_100_continue:  # answered here: the body may have to be read whole first
             self.client.sendall(self.inbound.send(h11.InformationalResponse(status_code=100, headers=[])))
         try:
             self._forward_request(request, upstream, destination, covering)
         except BodyTooLarge:
-            self.client.sendall(self._answer(413, "The request body is too large for the proxy to rewrite."))
+            message = "The request body is too large for the proxy to rewrite."
+            self.client.sendall(self._answer(ProxyAnswer.plain(413, message)))
             return False
         return self._forward_response(request, upstream)
 
@@ -133,7 +134,7 @@ class HttpRelay:
         except ValueError:
             port = 0
         if parts.scheme != "http" or not parts.hostname or not port:
-            raise Refusal(400, "The proxy takes CONNECT host:port or absolute http:// requests.", "bad_request")
+            raise Refusal(400, NOT_A_PROXY_REQUEST, "bad_request")
         return Endpoint(parts.hostname, port)
 
     def _upstream_for(self, destination: Endpoint) -> Upstream:
@@ -195,7 +196,7 @@ class HttpRelay:
             body = AnswerBody(self.rules.redactor, response) if has_body and self.rules.redactor else None
         except UnreadableEncoding as unreadable:
             message = f"The proxy cannot look for secrets in an answer with {unreadable}; it was not passed on."
-            self.client.sendall(self._answer(502, message))
+            self.client.sendall(self._answer(ProxyAnswer.plain(502, message)))
             return False
         head = self._answer_head(response, reframe=body is not None, has_body=has_body)
         self.client.sendall(self.inbound.send(head))
@@ -263,18 +264,15 @@ class HttpRelay:
             relay_blindly(client, stream, self.inbound.trailing_data[0], upstream.http.trailing_data[0])
             return
         message = "Protocol upgrades are not relayed for a sandbox with secrets: the proxy could not redact them."
-        self.client.sendall(self._answer(502, message))
+        self.client.sendall(self._answer(ProxyAnswer.plain(502, message)))
 
-    def _answer(self, status: int, message: str) -> bytes:
+    def _answer(self, answer: ProxyAnswer) -> bytes:
         """The proxy's own answer (a refusal), after which the connection closes; redacted too, since it may
         quote what the upstream said."""
-        body = self._redacted((message + "\n").encode())
-        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
-        headers.append((b"connection", b"close"))
-        response = h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase.encode())
-        return (
-            self.inbound.send(response) + self.inbound.send(h11.Data(data=body)) + self.inbound.send(h11.EndOfMessage())
-        )
+        answer = answer.redacted(self._redacted)
+        response = h11.Response(status_code=answer.status, headers=answer.headers(), reason=answer.reason)
+        sent = self.inbound.send(response) + self.inbound.send(h11.Data(data=answer.body))
+        return sent + self.inbound.send(h11.EndOfMessage())
 
 
 class AnswerBody:

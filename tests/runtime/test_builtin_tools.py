@@ -4,7 +4,6 @@ session's sandbox, the reference client reads `agent.tool_use` / `agent.tool_res
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 
 from fakes import model as replies
 from fakes.waiting import wait_until
-from registry.sandbox.disks import release_root
 from registry.sandbox.uids import recorded_uid
 from tests.support.runtime.sessions import of_type, stop_reasons, text_of, transcript
 
@@ -109,28 +107,6 @@ def test_archiving_the_session_kills_its_background_processes(model, open_sessio
     assert sandbox_processes()
     chat.sdk.beta.sessions.archive(chat.session_id)
     wait_until(lambda: sandbox_processes() == [], timeout=10, what="the sandbox's processes to be gone")
-
-
-def test_files_outlive_a_killed_worker_through_the_snapshot(model, open_session, workers, start_worker):
-    model.add(
-        replies.tool_call("write", {"file_path": "kept/result.txt", "content": "survives"}),
-        replies.text("written"),
-        replies.tool_call("read", {"file_path": "kept/result.txt"}),
-        replies.text("read back"),
-    )
-    chat = open_session(tools=[toolset()])
-    workers.pause()
-    first = start_worker(REGISTRY_SANDBOX_ROOT=f"/tmp/sandboxes-{chat.session_id}-a")
-    chat.say("write it")
-    chat.wait_idle()
-    first.kill()  # between turns: its local sandbox root is of no use to anyone else
-    chat.processes.append(start_worker(REGISTRY_SANDBOX_ROOT=f"/tmp/sandboxes-{chat.session_id}-b"))
-    chat.say("read it")
-    events = chat.wait_idle(2)
-    assert results(events)[-1] == ("1\tsurvives", False)
-    for side in "ab":
-        release_root(Path(f"/tmp/sandboxes-{chat.session_id}-{side}"))
-        shutil.rmtree(f"/tmp/sandboxes-{chat.session_id}-{side}", ignore_errors=True)
 
 
 def test_without_a_sandbox_the_tools_are_not_offered_and_the_session_says_why_once(

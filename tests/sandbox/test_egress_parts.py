@@ -1,11 +1,12 @@
 """The egress proxy's pure parts, fed bytes: redaction (every split of a stream, every encoding and alignment),
 inflating bodies, reading what a tunnel's client sends first (a ClientHello's server name, a request line),
-and the authorities requests claim."""
+the authorities requests claim, the address ranges refusals name, and the refusals' answers."""
 
 from __future__ import annotations
 
 import base64
 import gzip
+import ipaddress
 import json
 import ssl
 import zlib
@@ -13,9 +14,11 @@ from urllib.parse import quote
 
 import pytest
 
+from registry.core.egress import address_rule
 from registry.sandbox.hostnames import Endpoint, names_endpoint, parse_authority
 from registry.sandbox.openings import MAX_CLIENT_HELLO_BYTES, OpeningKind, OpeningReader
 from registry.sandbox.redaction import INFLATED_PIECE_BYTES, Redactor, UnreadableEncoding, inflater_for
+from registry.sandbox.refusals import REFUSED_HEADER, Refusal
 
 SECRET = 'sk/live+0123"456789é'
 PLACEHOLDER = "regsec_0123456789abcdef0123456789abcdef"
@@ -133,3 +136,49 @@ def test_what_is_not_a_client_hello():
 )
 def test_an_authority_names_an_endpoint_port_included(value, matches):
     assert names_endpoint(parse_authority(value, 443), Endpoint("localhost", 8443, secure=True)) is matches
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("203.0.113.80", "documentation"),
+        ("198.51.100.1", "documentation"),
+        ("2001:db8::1", "documentation"),
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("fc00::1", "private"),
+        ("169.254.169.254", "link_local"),
+        ("100.64.0.1", "shared"),
+        ("198.18.0.1", "benchmarking"),
+        ("224.0.1.1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("0.0.0.0", "unspecified"),
+        ("8.8.8.8", None),
+        ("2001:4860:4860::8888", None),
+    ],
+)
+def test_an_address_is_refused_by_the_rule_that_names_its_range(address, rule):
+    found = address_rule(ipaddress.ip_address(address))
+    assert (found.name if found else None) == rule
+
+
+def test_a_refusal_is_one_printable_line_in_its_reason_phrase_header_and_body():
+    refusal = Refusal(403, 'evil\r\nx-injected: 1 "quoted" [x] is refused', "test", host="evil\r\nx-injected: 1")
+    answer = refusal.answer()
+    assert answer.reason == b"Forbidden - sandbox egress refused: evil??x-injected: 1 ?quoted? ?x? is refused"
+    assert answer.body == b"refused: evil??x-injected: 1 ?quoted? ?x? is refused\n"
+    assert (REFUSED_HEADER, b"rule=test; host=evil??x-injected:?1") in answer.headers()
+    posing = Refusal(403, "x", "test", host="a.example; rule=allowed").answer()
+    assert (REFUSED_HEADER, b"rule=test; host=a.example??rule?allowed") in posing.headers()
+    encoded = answer.encode()
+    assert encoded.count(b"\r\n") == 6 and encoded.endswith(b"\r\n\r\n" + answer.body)
+    assert len(Refusal(403, "x" * 5000, "test").answer().reason) <= 400
+
+
+def test_a_refusal_is_redacted_where_the_sandbox_has_secrets():
+    refusal = Refusal(403, "another-secret-value.example is not allowed", "test", host="another-secret-value.example")
+    redacted = refusal.answer().redacted(REDACTOR.redact)
+    parts = (redacted.reason, redacted.body, *dict(redacted.extra).values())
+    assert all(b"another-secret-value" not in part and b"regsec_other.example" in part for part in parts)

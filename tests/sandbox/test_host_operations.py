@@ -14,7 +14,6 @@ import io
 import os
 import stat
 import tarfile
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,9 +40,12 @@ def naive_archive_leaks(workspace: Path, secret: str) -> bool:
 
 
 def stored_snapshot_leaks(session_id: str, secret: str, names: tuple[str, ...] = ()) -> bool:
-    with tempfile.TemporaryFile() as archive:
-        assert snapshots.fetch(session_id, archive)
-        content = gzip.decompress(archive.read())
+    chain = snapshots.latest(session_id)
+    assert chain is not None
+    content = b""
+    for name in chain.archives:
+        with snapshots.open_archive(session_id, name) as archive:
+            content += gzip.decompress(archive.read())
     return secret.encode() in content or any(name.encode() in content for name in names)
 
 
@@ -64,41 +66,55 @@ def test_the_snapshot_never_reads_a_host_file_through_a_swapped_link(sandbox_for
     assert box.run("ls /workspace/tree | wc -l").output.strip() == "16"  # the tree was really there
 
 
+Member = tuple[tarfile.TarInfo, bytes]
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", **fields: object) -> Member:
+    """One entry of a crafted archive; `dumpdir` (an increment's list of a folder's names) goes in a pax header."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, len(data)
+    dumpdir = fields.pop("dumpdir", None)
+    if dumpdir is not None:
+        info.pax_headers = {"GNU.dumpdir": str(dumpdir)}
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info, data
+
+
+def archive_of(*members: Member, format: int = tarfile.GNU_FORMAT) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=format) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return buffer.getvalue()
+
+
 def crafted_archive(host_folder: Path) -> bytes:
     """A snapshot as a hostile sandbox could make it."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-
-        def add(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", **fields: object) -> None:
-            member = tarfile.TarInfo(name)
-            member.type, member.size = kind, len(data)
-            for key, value in fields.items():
-                setattr(member, key, value)
-            tar.addfile(member, io.BytesIO(data) if data else None)
-
-        add(".", tarfile.DIRTYPE, mode=0o755)
-        add("sub", tarfile.DIRTYPE, mode=0o755)
-        add("sub/file.txt", data=b"kept", mode=0o644)
-        add("../escaped.txt", data=b"escaped")
-        add("/abs-escaped.txt", data=b"escaped")
-        add("out", tarfile.SYMTYPE, linkname=str(host_folder))
-        add("out/planted.txt", data=b"planted through a link")
-        add("rel-out", tarfile.SYMTYPE, linkname="../../../../../../etc")
-        add("rel-in", tarfile.SYMTYPE, linkname="sub/file.txt")
-        add("venv-python", tarfile.SYMTYPE, linkname="/usr/bin/python3")
-        add("hard-out", tarfile.LNKTYPE, linkname="/etc/passwd")
-        add("hard-in", tarfile.LNKTYPE, linkname="sub/file.txt")
-        add("pipe", tarfile.FIFOTYPE)
-        add("device", tarfile.CHRTYPE, devmajor=1, devminor=3)
-        add("suid", data=b"#!/bin/sh\n", mode=0o4755)
-    return buffer.getvalue()
+    return archive_of(
+        member(".", tarfile.DIRTYPE, mode=0o755),
+        member("sub", tarfile.DIRTYPE, mode=0o755),
+        member("sub/file.txt", data=b"kept", mode=0o644),
+        member("../escaped.txt", data=b"escaped"),
+        member("/abs-escaped.txt", data=b"escaped"),
+        member("out", tarfile.SYMTYPE, linkname=str(host_folder)),
+        member("out/planted.txt", data=b"planted through a link"),
+        member("rel-out", tarfile.SYMTYPE, linkname="../../../../../../etc"),
+        member("rel-in", tarfile.SYMTYPE, linkname="sub/file.txt"),
+        member("venv-python", tarfile.SYMTYPE, linkname="/usr/bin/python3"),
+        member("hard-out", tarfile.LNKTYPE, linkname="/etc/passwd"),
+        member("hard-in", tarfile.LNKTYPE, linkname="sub/file.txt"),
+        member("pipe", tarfile.FIFOTYPE),
+        member("device", tarfile.CHRTYPE, devmajor=1, devminor=3),
+        member("suid", data=b"#!/bin/sh\n", mode=0o4755),
+    )
 
 
 def test_a_hostile_snapshot_restores_only_the_sessions_own_files(backend, host_secret):
     folder, secret = host_secret
     before = sorted(path.name for path in folder.iterdir())
     session_id = f"sesn_hostile_restore_{os.urandom(4).hex()}"
-    snapshots.save(session_id, io.BytesIO(crafted_archive(folder)))
+    snapshots.extend(session_id, io.BytesIO(crafted_archive(folder)), after=None)
     box = backend.ensure(SandboxSpec(session_id=session_id, workspace_id="wsp"))
 
     assert sorted(path.name for path in folder.iterdir()) == before
@@ -113,6 +129,33 @@ def test_a_hostile_snapshot_restores_only_the_sessions_own_files(backend, host_s
         assert info.st_uid == box.uid and stat.S_IMODE(info.st_mode) & 0o7000 == 0, path
     assert box.run("cat sub/file.txt hard-in; readlink -f venv-python").output == "keptkept/usr/bin/python3.11\n"
     assert secret not in box.run("cat rel-in out/planted.txt 2>&1").output
+
+
+def test_a_hostile_increment_renames_and_removes_only_inside_the_workspace(backend):
+    session_id = f"sesn_hostile_increment_{os.urandom(4).hex()}"
+    base = archive_of(
+        member(".", tarfile.DIRTYPE, mode=0o755, dumpdir="Dsub\0Ykeep\0Ylnk\0"),
+        member("sub", tarfile.DIRTYPE, mode=0o755, dumpdir="Yfile\0"),
+        member("keep", data=b"keep", mode=0o644),
+        member("sub/file", data=b"file", mode=0o644),
+        member("lnk", tarfile.SYMTYPE, linkname="sub"),
+        format=tarfile.PAX_FORMAT,
+    )
+    renames = "X..\0R../outside\0T./stolen\0R./sub\0T/abs\0R./sub\0T../escaped\0R\0T./made\0R./keep\0T./sub/../../up\0"
+    increment = archive_of(
+        member(".", tarfile.DIRTYPE, mode=0o755, dumpdir="Dsub\0Nkeep\0Dlnk\0" + renames),
+        member("lnk", tarfile.DIRTYPE, mode=0o755, dumpdir=""),  # a folder where a link to `sub` stood
+        member("sub", tarfile.DIRTYPE, mode=0o755, dumpdir="Nfile\0"),
+        format=tarfile.PAX_FORMAT,
+    )
+    chain = snapshots.extend(session_id, io.BytesIO(base), after=None)
+    snapshots.extend(session_id, io.BytesIO(increment), after=chain)
+    try:
+        box = backend.ensure(SandboxSpec(session_id=session_id, workspace_id="wsp"))
+        # every rename was refused; the link was replaced by an empty folder, what it pointed at kept
+        assert box.run("find . | sort; cat keep sub/file").output == ".\n./keep\n./lnk\n./sub\n./sub/file\nkeepfile"
+    finally:
+        backend.destroy(session_id, forget=True)
 
 
 def test_restore_makes_a_fresh_worker_whole(backend, limits):
@@ -198,9 +241,12 @@ def test_what_the_sandbox_plants_never_stalls_a_snapshot(sandbox_for):
     started = time.monotonic()
     box.snapshot()
     assert time.monotonic() - started < 30
-    with tempfile.TemporaryFile() as archive:
-        assert snapshots.fetch(box.spec.session_id, archive)
-        with tarfile.open(fileobj=archive, mode="r:gz") as tar:
-            names = {member.name.removeprefix("./"): member for member in tar.getmembers()}
+    chain = snapshots.latest(box.spec.session_id)
+    assert chain is not None and len(chain.archives) == 1
+    with (
+        snapshots.open_archive(box.spec.session_id, chain.archives[0]) as archive,
+        tarfile.open(fileobj=archive, mode="r:gz") as tar,
+    ):
+        names = {member.name.removeprefix("./"): member for member in tar.getmembers()}
     assert names["sparse.bin"].size == 40 * 1024 * 1024 and "growing.log" in names
     assert names["pipe"].isfifo() and "sock" not in names  # a FIFO is recorded, never read; sockets are left out

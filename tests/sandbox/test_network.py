@@ -6,6 +6,8 @@ host they name; a protocol switch is carried where there is nothing to redact.""
 
 from __future__ import annotations
 
+import logging
+import re
 import socket
 from collections.abc import Iterator
 
@@ -13,6 +15,7 @@ import pytest
 
 from registry.sandbox.backend import SandboxSpec
 from registry.sandbox.egress import REFUSED, NetworkPolicy
+from registry.sandbox.refusals import REFUSAL_LOG
 from tests.support.sandbox_network import (
     credential,
     refused,
@@ -167,3 +170,116 @@ def test_a_protocol_switch_is_carried_only_where_there_is_nothing_to_redact(
         box.run(f"cat > upgrade.py <<'EOF'\n{UPGRADE_CLIENT}EOF")
     assert plain.run(f"python3 upgrade.py {upgrade_echo_port}").output == "HTTP/1.1 101 Switching Protocols\nping\n"
     assert with_secrets.run(f"python3 upgrade.py {upgrade_echo_port}").output == "HTTP/1.1 502 Bad Gateway\n"
+
+
+# Inside the sandbox: one proxy request (`CONNECT <target>` or a plain `GET <target>`) and the whole answer.
+RAW_PROXY_CLIENT = r"""
+import socket, sys
+method, target = sys.argv[1], sys.argv[2]
+proxy = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+proxy.sendall(f"{method} {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+answer = b""
+while chunk := proxy.recv(65536):
+    answer += chunk
+sys.stdout.write(answer.decode())
+"""
+# Inside the sandbox: a SOCKS5 CONNECT to an IPv4 address or a name; prints the reply's code.
+SOCKS_CLIENT = r"""
+import ipaddress, socket, sys
+proxy = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+proxy.sendall(bytes([5, 1, 0]))
+assert proxy.recv(2) == bytes([5, 0])
+try:
+    destination = bytes([1]) + ipaddress.IPv4Address(sys.argv[1]).packed
+except ValueError:
+    destination = bytes([3, len(sys.argv[1])]) + sys.argv[1].encode()
+proxy.sendall(bytes([5, 1, 0]) + destination + int(sys.argv[2]).to_bytes(2, "big"))
+print(proxy.recv(10)[1])
+"""
+DOCUMENTATION = "refused: 203.0.113.80 is in a documentation range; REGISTRY_SANDBOX_EGRESS_ALLOW lifts it"
+
+
+def raw_clients(backend, name: str, policy: NetworkPolicy | None = None):
+    box = backend.ensure(SandboxSpec(session_id=f"sesn_{name}", workspace_id="wsp", network=policy or NetworkPolicy()))
+    box.write_file("proxy_client.py", RAW_PROXY_CLIENT.encode())
+    box.write_file("socks_client.py", SOCKS_CLIENT.encode())
+    return box
+
+
+def refusal_logs(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "registry.sandbox.refusals"]
+
+
+def test_a_refusal_names_its_rule_and_address_in_the_status_line_the_header_and_the_body(backend, settings, caplog):
+    """The incident: pip showed only `Tunnel connection failed: 403 Forbidden` for an index on a
+    documentation-range address, and the registry logged nothing."""
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = ""
+    caplog.set_level(logging.INFO, logger="registry.sandbox.refusals")
+    box = raw_clients(backend, "explained")
+    for method, target in (("CONNECT", "203.0.113.80:443"), ("GET", "http://203.0.113.80/simple/?token=hunter2")):
+        answer = box.run(f"python3 proxy_client.py {method} '{target}'").output
+        head, _, body = answer.partition("\r\n\r\n")
+        status_line, *headers = head.split("\r\n")
+        assert status_line == f"HTTP/1.1 403 Forbidden - sandbox egress {DOCUMENTATION}", method
+        assert "x-sandbox-egress-refused: rule=documentation; host=203.0.113.80; address=203.0.113.80" in headers
+        assert body == DOCUMENTATION + "\n"
+    assert box.run("python3 socks_client.py 203.0.113.80 443").output == "2\n"  # not allowed by the ruleset
+    pip = "python3 -m pip download --no-deps --no-cache-dir --retries 1 -d dl --index-url https://203.0.113.80/simple/"
+    shown = box.run(f"{pip} six 2>&1", timeout_ms=60_000).output
+    assert f"Tunnel connection failed: 403 Forbidden - sandbox egress {DOCUMENTATION}" in shown
+    logged = refusal_logs(caplog)
+    expected = "sandbox egress refused: session=sesn_explained host=203.0.113.80 port={} address=203.0.113.80"
+    assert logged[:3] == [expected.format(port) + " rule=documentation" for port in (443, 80, 443)]
+    assert not any("token" in line or "hunter2" in line or "/simple" in line for line in logged)
+
+
+def test_a_flood_of_refusals_is_counted_but_logged_only_up_to_the_bound(backend, settings, caplog):
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = ""
+    caplog.set_level(logging.INFO, logger="registry.sandbox.refusals")
+    before = REFUSED.labels(reason="address")._value.get()
+    box = raw_clients(backend, "flood")
+    loop = "for i in $(seq 200); do curl -s -o /dev/null -x socks5h://127.0.0.1:3128 http://203.0.113.80/; done"
+    box.run(loop, timeout_ms=120_000)
+    assert REFUSED.labels(reason="address")._value.get() - before == 200
+    logged = [line for line in refusal_logs(caplog) if "session=sesn_flood" in line]
+    assert len(logged) == REFUSAL_LOG.limit
+    assert logged[-1].endswith("(this session's further refusals in the next 60 s are counted, not logged)")
+
+
+def test_a_named_host_is_refused_with_its_address_and_a_host_outside_the_policy_with_what_admits_it(
+    backend, host_server, settings, caplog
+):
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = ""
+    caplog.set_level(logging.INFO, logger="registry.sandbox.refusals")
+    port = host_server.rsplit(":", 1)[1].strip("/")
+    box = raw_clients(backend, "named")
+    answer = box.run(f"curl -sS -i http://localhost:{port}/").output
+    assert re.search(
+        r"^HTTP/1.1 403 Forbidden - sandbox egress refused: (127.0.0.1|::1) \(localhost\) is a loopback", answer
+    )
+    assert re.search(r"x-sandbox-egress-refused: rule=loopback; host=localhost; address=(127.0.0.1|::1)\r\n", answer)
+    assert answer.endswith("is a loopback address; REGISTRY_SANDBOX_EGRESS_ALLOW lifts it\n")
+    limited = raw_clients(backend, "policy", NetworkPolicy("limited", ("example.com",)))
+    answer = limited.run("python3 proxy_client.py CONNECT pypi.org:443").output
+    refusal = "refused: pypi.org is not among the hosts this environment allows; "
+    admitting = "networking.allow_package_managers admits it (a package index)"
+    assert answer.startswith(f"HTTP/1.1 403 Forbidden - sandbox egress {refusal}{admitting}\r\n")
+    assert "x-sandbox-egress-refused: rule=not_allowed; host=pypi.org\r\n" in answer
+    assert (
+        "x-sandbox-egress-refused: rule=not_allowed; host=elsewhere.example\r\n"
+        in limited.run("python3 proxy_client.py CONNECT elsewhere.example:443").output
+    )
+    assert limited.run("python3 socks_client.py 127.0.0.1 443").output == "2\n"
+    assert refusal_logs(caplog)[-3:] == [
+        "sandbox egress refused: session=sesn_policy host=pypi.org port=443 address=- rule=not_allowed",
+        "sandbox egress refused: session=sesn_policy host=elsewhere.example port=443 address=- rule=not_allowed",
+        "sandbox egress refused: session=sesn_policy host=127.0.0.1 port=443 address=- rule=not_allowed",
+    ]
+
+
+def test_a_host_that_does_not_resolve_is_a_502_and_socks_host_unreachable(backend):
+    box = raw_clients(backend, "unresolvable")
+    answer = box.run("python3 proxy_client.py CONNECT nowhere.invalid:443").output
+    assert answer.startswith("HTTP/1.1 502 Bad Gateway - sandbox egress refused: nowhere.invalid could not be resolved")
+    assert "x-sandbox-egress-refused: rule=unresolvable; host=nowhere.invalid\r\n" in answer
+    assert box.run("python3 socks_client.py nowhere.invalid 443").output == "4\n"  # host unreachable

