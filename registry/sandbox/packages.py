@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from registry.sandbox.copies import root_owned_copy
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.fsops import chown_tree, locked
 from registry.sandbox.interface import SandboxBackend
@@ -340,30 +340,12 @@ def shared_pip(shared: Path) -> Path | None:
     found = importlib.util.find_spec("pip")
     if found is None or not found.submodule_search_locations:
         return None
-    tools = shared / "tools"
-    copy = tools / f"pip-{importlib.metadata.version('pip')}"
-    if not copy.exists():
-        tools.mkdir(mode=0o755, exist_ok=True)
-        with locked(shared / "tools.lock"):
-            if not copy.exists():
-                staging = Path(tempfile.mkdtemp(dir=tools))
-                shutil.copytree(found.submodule_search_locations[0], staging / "pip", symlinks=True)
-                chown_tree(staging, 0)
-                _readable_by_all(staging)
-                os.rename(staging, copy)
-    return copy / "pip"
+    source = found.submodule_search_locations[0]
 
+    def fill(staging: Path) -> None:
+        shutil.copytree(source, staging / "pip", symlinks=True)
 
-def _readable_by_all(root: Path) -> None:
-    """Folders 0755 and files at least 0644, whatever the umask they were made under."""
-    os.chmod(root, 0o755)
-    for folder, folders, files in os.walk(root):
-        for name in folders:
-            os.chmod(os.path.join(folder, name), 0o755)
-        for name in files:
-            path = os.path.join(folder, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode | 0o644)
+    return root_owned_copy(shared / "tools", f"pip-{importlib.metadata.version('pip')}", fill) / "pip"
 
 
 def _mirror_env() -> dict[str, str]:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +25,8 @@ from fakes import model as replies
 from fakes.git_server import GitServer
 from fakes.model import FakeModel
 from fakes.waiting import wait_until
-from registry.sandbox.disks import release_root
 from tests.support.live import ROOT, free_port, wait_until_up
+from tests.support.sandbox_roots import traversable_root
 
 pytestmark = [pytest.mark.e2e]
 
@@ -112,11 +110,8 @@ def test_up_binds_the_ports_it_is_given_on_a_fresh_data_folder(tmp_path: Path) -
 @pytest.fixture
 def sandbox_root() -> Iterator[Path]:
     """A sandbox root every session uid can traverse to (pytest's own temporary folders are 0700)."""
-    root = Path(tempfile.mkdtemp(prefix="walkthrough-", dir="/tmp"))
-    os.chmod(root, 0o711)
-    yield root
-    release_root(root)
-    shutil.rmtree(root, ignore_errors=True)
+    with traversable_root("walkthrough-") as root:
+        yield root
 
 
 def walkthrough_gateway_config(path: Path, model: FakeModel) -> Path:

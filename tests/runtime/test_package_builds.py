@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from fakes import model as replies
-from tests.support.package_index import Index
+from tests.support.package_index import served_index
 from tests.support.runtime.sessions import Conversation, of_type
-from tests.support.sites import loopback_sites
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -26,12 +25,9 @@ def errors(chat: Conversation, turns: int) -> list[dict]:
 
 
 def test_a_failed_build_is_explained_and_not_rebuilt_every_turn(model, sdk, workers, start_worker):
-    index = Index()
-    index.add("tinypkg", "from the layer")
-    sites = loopback_sites()
-    index.url = next(sites)(index.route)
+    index = served_index(tinypkg="from the layer")
     workers.pause()
-    worker = start_worker(REGISTRY_SANDBOX_EGRESS_ALLOW="127.0.0.1", PIP_INDEX_URL=index.url + "/simple/")
+    worker = start_worker(**index.worker_env())
     try:
         config = {"type": "cloud", "packages": {"pip": ["latepkg"]}}
         environment = sdk.beta.environments.create(name="py", config=config)
@@ -65,4 +61,4 @@ def test_a_failed_build_is_explained_and_not_rebuilt_every_turn(model, sdk, work
         assert of_type(events, "session.error") == []
         assert of_type(events, "agent.tool_result")[0]["content"][0]["text"] == "from the layer\nexit code: 0"
     finally:
-        sites.close()
+        index.stop()

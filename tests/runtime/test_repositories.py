@@ -8,11 +8,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
-import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,9 +25,9 @@ from registry.core.secrets import seal
 from registry.gitcreds.services import git_credential_create
 from registry.runtime.repositories import Placement, RepositoryError, materialize, resource_token
 from registry.sandbox.backend import BwrapBackend, Limits, Mount, SandboxSpec
-from registry.sandbox.disks import release_root
 from registry.workspaces.services import workspace_create
 from tests.support.sandbox_attacks import RACE_SECONDS, start_swapper
+from tests.support.sandbox_roots import traversable_root
 
 TOKEN = "ghs_" + secrets.token_hex(16)
 OWNER_UID = 201_234
@@ -72,11 +70,8 @@ def cache(tmp_path: Path) -> Path:
 @pytest.fixture
 def sessions() -> Iterator[Path]:
     """Where sessions' copies go: under /tmp, so a sandbox's uid can traverse to them."""
-    root = Path(tempfile.mkdtemp(prefix="repositories-", dir="/tmp"))
-    os.chmod(root, 0o711)
-    yield root
-    release_root(root)
-    shutil.rmtree(root, ignore_errors=True)
+    with traversable_root("repositories-") as root:
+        yield root
 
 
 def serve(server: GitServer, *, sha_wants: bool = True) -> Served:

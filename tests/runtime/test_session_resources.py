@@ -12,10 +12,9 @@ from fakes import model as replies
 from fakes.git_server import GitServer
 from fakes.pki import make_pki
 from registry.memory.models import MemoryVersion
-from tests.support.package_index import Index
+from tests.support.package_index import served_index
 from tests.support.recording_servers import recording_servers
 from tests.support.runtime.sessions import Conversation, of_type, transcript
-from tests.support.sites import loopback_sites
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -326,12 +325,9 @@ def test_an_environment_variable_credential_is_injected_by_the_proxy(
 
 
 def test_a_pip_package_is_installed_once_for_two_sessions(model, open_session, sdk, workers, start_worker):
-    index = Index()
-    index.add("tinypkg", "from the layer")
-    sites = loopback_sites()
-    index.url = next(sites)(index.route)
+    index = served_index(tinypkg="from the layer")
     workers.pause()
-    worker = start_worker(REGISTRY_SANDBOX_EGRESS_ALLOW="127.0.0.1", PIP_INDEX_URL=index.url + "/simple/")
+    worker = start_worker(**index.worker_env())
     environment = sdk.beta.environments.create(name="py", config={"type": "cloud", "packages": {"pip": ["tinypkg"]}})
     agent = sdk.beta.agents.create(name="py", model="claude-sonnet-4-5", tools=[TOOLSET])
     probe = "python3 -c 'import tinypkg; print(tinypkg.VALUE)'"
@@ -344,4 +340,4 @@ def test_a_pip_package_is_installed_once_for_two_sessions(model, open_session, s
             assert outputs(chat.wait_idle()) == [("from the layer\nexit code: 0", False)]
         assert index.downloads("tinypkg") == 1
     finally:
-        sites.close()
+        index.stop()

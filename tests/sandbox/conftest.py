@@ -4,9 +4,6 @@ upstream."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +12,9 @@ import pytest
 
 from fakes.pki import Pki, make_pki
 from registry.sandbox.backend import BwrapBackend, BwrapSandbox, Limits, SandboxSpec
-from registry.sandbox.disks import release_root
 from tests.support.recording_servers import Serve, recording_servers
 from tests.support.sandbox_attacks import host_secret
+from tests.support.sandbox_roots import traversable_root
 from tests.support.sites import Route, loopback_sites
 
 __all__ = ["host_secret"]
@@ -47,14 +44,11 @@ def limits() -> Limits:
 
 @pytest.fixture
 def backend(limits: Limits) -> Iterator[BwrapBackend]:
-    root = Path(tempfile.mkdtemp(prefix="sandboxes-", dir="/tmp"))
-    os.chmod(root, 0o711)
-    made = BwrapBackend(root, limits)
-    yield made
-    for session_id in list(made.sandboxes):
-        made.destroy(session_id)
-    release_root(root)
-    shutil.rmtree(root, ignore_errors=True)
+    with traversable_root("sandboxes-") as root:
+        made = BwrapBackend(root, limits)
+        yield made
+        for session_id in list(made.sandboxes):
+            made.destroy(session_id)
 
 
 @pytest.fixture

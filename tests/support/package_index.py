@@ -6,7 +6,10 @@ import base64
 import hashlib
 import io
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tests.support.sites import loopback_sites
 
 
 def wheel(name: str, value: str) -> bytes:
@@ -35,6 +38,7 @@ class Index:
     url: str = ""
     wheels: dict[str, bytes] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
+    stop: Callable[[], None] = lambda: None  # stops the server `served_index` started
 
     def add(self, name: str, value: str) -> None:
         self.wheels[name] = wheel(name, value)
@@ -53,3 +57,18 @@ class Index:
 
     def downloads(self, name: str) -> int:
         return sum(path.startswith(f"/files/{name}/") for path in self.requests)
+
+    def worker_env(self) -> dict[str, str]:
+        """What a runtime worker needs to build from this index: it as the pip mirror, loopback let through."""
+        return {"REGISTRY_SANDBOX_EGRESS_ALLOW": "127.0.0.1", "PIP_INDEX_URL": self.url + "/simple/"}
+
+
+def served_index(**packages: str) -> Index:
+    """An index offering these packages (name=value, see `wheel`), served on loopback until its `stop`."""
+    index = Index()
+    for name, value in packages.items():
+        index.add(name, value)
+    sites = loopback_sites()
+    index.url = next(sites)(index.route)
+    index.stop = sites.close
+    return index
