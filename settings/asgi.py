@@ -1,5 +1,6 @@
-"""ASGI entry point (daphne): the session event stream as a Channels consumer; the rest of the API,
-whose views are sync, through Django's WSGI handler in one worker-thread hop (registry.core.asgi)."""
+"""ASGI entry point (daphne): the session event stream and the admin's live feed of a session as Channels
+consumers; the rest of the API, whose views are sync, through Django's WSGI handler in one worker-thread hop
+(registry.core.asgi)."""
 
 import gc
 import importlib
@@ -10,11 +11,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 get_asgi_application()  # sets Django up before the consumers and the WSGI adapter are imported
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from registry.core.asgi import WsgiApplication, skip_twisted_form_parsing  # noqa: E402
+from registry.sessions.admin_stream import FEED_ROUTE, AdminSessionFeed  # noqa: E402
 from registry.sessions.consumers import SessionStreamConsumer  # noqa: E402
 
 django_application = WsgiApplication()
@@ -25,6 +28,7 @@ application = ProtocolTypeRouter(
         "http": URLRouter(
             [
                 path("v1/sessions/<sesn_id:id>/events/stream", SessionStreamConsumer.as_asgi()),
+                re_path(FEED_ROUTE, AuthMiddlewareStack(AdminSessionFeed.as_asgi())),
                 re_path(r"", django_application),  # type: ignore[arg-type]
             ]
         )

@@ -1,5 +1,8 @@
 """Django admin for the gateway's config rows. A save is validated like an admin-plane write: the whole
-document with the candidate row must pass, or the form shows every problem and nothing is saved."""
+document with the candidate row must pass, or the form shows every problem and nothing is saved.
+
+The gateway's config is global (it serves every workspace), so only superusers see or write these pages;
+workspace staff (registry.workspaces.staff) never do."""
 
 from __future__ import annotations
 
@@ -49,7 +52,31 @@ class EntryForm(forms.ModelForm):  # type: ignore[type-arg]
         return cleaned
 
 
-class EntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SuperusersOnly(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A page of global config: superusers see and write it (with Django's model permissions ignored), nobody
+    else reaches it."""
+
+    @staticmethod
+    def superuser(request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.superuser(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.superuser(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.superuser(request)
+
+
+class EntryAdmin(SuperusersOnly):
     """Saves and deletes go through the store services, so the version moves and gateways reload."""
 
     collection: ClassVar[str]
@@ -114,7 +141,7 @@ _register(PluginInstance, "plugins", "slot", "position")
 
 
 @admin.register(ConfigVersion)
-class ConfigVersionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ConfigVersionAdmin(SuperusersOnly):
     """The version counter, read-only: every save above moves it."""
 
     list_display = ("number", "updated_at")

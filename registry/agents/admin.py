@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from registry.agents.models import Agent, AgentVersion
@@ -26,19 +25,18 @@ class AgentVersionInline(ReadOnlyInline):
 
 
 @admin.register(Agent)
-class AgentAdmin(ArchivableAdmin):
-    """Agents change only through the API (every change is a version); staff can read and archive."""
+class AgentAdmin(ArchivableAdmin, ReadOnlyAdmin):
+    """Agents change only through the API (every change is a version); staff read them and archive them. The
+    API deletes no agent, nor does this page."""
 
     list_display = ("id", "name", "workspace", "version", "created_at", "archived_at")
     list_filter = ("created_at",)
     list_select_related = ("workspace",)
     search_fields = ("id", "name")
-    readonly_fields = ("id", "workspace", "name", "version", "sessions", "spec", "created_at", "updated_at")
-    fields = (*readonly_fields, "archived_at")
+    fields = ("id", "workspace", "name", "version", "sessions", "spec", "created_at", "updated_at", "archived_at")
+    readonly_fields = fields
     inlines = [AgentVersionInline]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    deletable = False
 
     @admin.display(description="sessions")
     def sessions(self, agent: Agent) -> SafeString:
@@ -49,6 +47,7 @@ class AgentAdmin(ArchivableAdmin):
 class AgentVersionAdmin(ReadOnlyAdmin):
     """One immutable definition of an agent, with the sessions that run it."""
 
+    workspace_path = "agent__workspace"
     list_display = ("__str__", "agent", "version", "created_at")
     list_select_related = ("agent",)
     search_fields = ("agent__id", "agent__name")

@@ -1,4 +1,4 @@
-"""Writes shared by every resource family: archive, and the update of plain fields and metadata."""
+"""Writes shared by every resource family: archive, delete, and the update of plain fields and metadata."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ def resource_archive(*, instance: Any) -> Any:
         instance.archived_at = timezone.now()
         instance.save(update_fields=["archived_at", "updated_at"])
     return instance
+
+
+@transaction.atomic
+def resource_delete(*, instance: models.Model) -> None:
+    """Delete a resource that keeps nothing outside the database (the others have their app's service)."""
+    instance.delete()
 
 
 def apply_updates(instance: models.Model, values: dict[str, Any], plain: Iterable[str] = ()) -> None:

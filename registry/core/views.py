@@ -22,7 +22,7 @@ from registry.core.fields import validated
 from registry.core.openapi import resource_schema
 from registry.core.pagination import KeysetPagination
 from registry.core.serialization import ConstantField, ResponseSerializer
-from registry.core.services import resource_archive
+from registry.core.services import resource_archive, resource_delete
 
 
 def parse_bool(raw: str | None, name: str) -> bool:
@@ -199,4 +199,4 @@ class DeleteMixin:
         return Response({"id": identifier, "type": f"{self.resource_type}_deleted"})
 
     def perform_delete(self, instance: Any) -> None:
-        instance.delete()
+        resource_delete(instance=instance)

@@ -3,14 +3,14 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from registry.core.admin import OneByOneDeletion, ReadOnlyAdmin
+from registry.core.admin import ReadOnlyAdmin
 from registry.files import services
 from registry.files.models import File
 
 
 @admin.register(File)
-class FileAdmin(OneByOneDeletion, ReadOnlyAdmin):
-    """Files, read-only: uploads go through the API; a deletion here removes the bytes too."""
+class FileAdmin(ReadOnlyAdmin):
+    """Files, read-only: uploads go through the API; a deletion here removes the bytes too (the API's service)."""
 
     list_display = ("id", "filename", "workspace", "mime_type", "size_bytes", "created_at", "expires_at")
     search_fields = ("id", "filename")

@@ -1,5 +1,7 @@
-"""Django admin for sessions: a read-only page that reads as a transcript of the event log and follows a
-running session live (the page polls `<id>/transcript/` for events after the last `seq` it shows).
+"""Django admin for sessions: a page that reads as a transcript of the event log with a timeline of the tool
+calls, follows a running session live (it reads `<id>/transcript/` for events after the last `seq` it shows,
+woken by the feed of `admin_stream`, which also carries the agent's message as it is written), and offers an
+operator the actions of `admin_actions`; a list that finds sessions by agent name, title, metadata and event text.
 
 Nothing secret is rendered: resources lose their sealed tokens (as in the API), media blocks show their
 kind only, vault credentials appear as links.
@@ -7,15 +9,15 @@ kind only, vault credentials appear as links.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
@@ -23,32 +25,27 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from registry.agents.models import AgentVersion
-from registry.core.admin import ArchivedFilter, change_link
-from registry.sessions.events import NATIVE_BETA_FIELD
+from registry.core.admin import ArchivableAdmin, ReadOnlyAdmin, change_link
+from registry.sessions import admin_actions, admin_list, admin_stream, admin_timeline, services
+from registry.sessions.admin_actions import pretty
+from registry.sessions.events import NATIVE_BETA_FIELD, TOOL_ANSWER_FIELDS, TOOL_CALL_TYPES
 from registry.sessions.models import Session, SessionEvent
-from registry.sessions.selectors import events_after, public_resource
+from registry.sessions.selectors import events_after, public_resource, sessions_matching
 from registry.vaults.models import Vault
 
 FOLLOW_SECONDS = 2
 ENTRIES_TEMPLATE = "admin/agent_sessions/session/transcript_entries.html"
 SUMMARY_TEMPLATE = "admin/agent_sessions/session/transcript_summary.html"
+ACTIONS_TEMPLATE = "admin/agent_sessions/session/transcript_actions.html"
+TIMELINE_TEMPLATE = "admin/agent_sessions/session/transcript_timeline.html"
 EVENTS_PER_READ = 500
-# The tool call each answer refers to, by the answer's field naming it.
-ANSWER_FIELDS = {
-    "agent.tool_result": "tool_use_id",
-    "agent.mcp_tool_result": "mcp_tool_use_id",
-    "user.tool_result": "tool_use_id",
-    "user.custom_tool_result": "custom_tool_use_id",
-    "user.tool_confirmation": "tool_use_id",
-}
-TOOL_CALLS = ("agent.tool_use", "agent.mcp_tool_use", "agent.custom_tool_use")
 HIDDEN = ("span.model_request_start", "span.outcome_evaluation_start")  # their `_end` says it all
 
 
 @dataclass(frozen=True)
 class Entry:
     """One event as the transcript shows it; `kind` picks its style (user, agent, thinking, tool,
-    result, error, status, usage, note)."""
+    result, error, status, usage, note); `event_id` lets the page replace the preview of a message."""
 
     seq: int
     kind: str
@@ -57,6 +54,7 @@ class Entry:
     text: str = ""
     detail: str = ""
     is_error: bool = False
+    event_id: str = ""
 
 
 def blocks_text(blocks: Iterable[dict[str, Any]] | None) -> str:
@@ -70,10 +68,6 @@ def blocks_text(blocks: Iterable[dict[str, Any]] | None) -> str:
         else:
             parts.append(f"[{block.get('type')}{': ' + block['title'] if block.get('title') else ''}]")
     return "\n\n".join(parts)
-
-
-def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
 def usage_text(usage: dict[str, Any]) -> str:
@@ -105,7 +99,7 @@ def _tool_call(event: SessionEvent, calls: dict[str, str]) -> Entry:
 
 def _tool_answer(event: SessionEvent, calls: dict[str, str]) -> Entry:
     body = event.body
-    name = calls.get(body.get(ANSWER_FIELDS[event.type], ""), "?")
+    name = calls.get(body.get(TOOL_ANSWER_FIELDS[event.type], ""), "?")
     if event.type == "user.tool_confirmation":
         label = f"Tool confirmation: {body.get('result')} {name}"
         return Entry(event.seq or 0, "user", label, event.processed_at, body.get("deny_message") or "")
@@ -154,8 +148,8 @@ DESCRIBE: dict[str, Callable[[SessionEvent, dict[str, str]], Entry]] = {
     "user.message": _message,
     "agent.message": _message,
     "agent.thinking": _thinking,
-    **dict.fromkeys(TOOL_CALLS, _tool_call),
-    **dict.fromkeys(ANSWER_FIELDS, _tool_answer),
+    **dict.fromkeys(TOOL_CALL_TYPES, _tool_call),
+    **dict.fromkeys(TOOL_ANSWER_FIELDS, _tool_answer),
     "session.error": _error,
     **dict.fromkeys(("idle", "running", "rescheduled", "terminated"), _status),
     "span.model_request_end": _model_request,
@@ -166,13 +160,13 @@ DESCRIBE: dict[str, Callable[[SessionEvent, dict[str, str]], Entry]] = {
 
 def describe(event: SessionEvent, calls: dict[str, str]) -> Entry:
     status = event.type.removeprefix("session.status_") if event.type.startswith("session.status_") else None
-    return DESCRIBE.get(status or event.type, _session_note)(event, calls)
+    return replace(DESCRIBE.get(status or event.type, _session_note)(event, calls), event_id=event.id)
 
 
 def tool_names(session_id: str, events: list[SessionEvent]) -> dict[str, str]:
     """The names of the tool calls the answers among `events` refer to (the calls may be in an earlier read)."""
-    ids = {event.body.get(ANSWER_FIELDS[event.type]) for event in events if event.type in ANSWER_FIELDS}
-    calls = SessionEvent.objects.filter(session_id=session_id, pk__in=ids - {None}, type__in=TOOL_CALLS)
+    ids = {event.body.get(TOOL_ANSWER_FIELDS[event.type]) for event in events if event.type in TOOL_ANSWER_FIELDS}
+    calls = SessionEvent.objects.filter(session_id=session_id, pk__in=ids - {None}, type__in=TOOL_CALL_TYPES)
     return {call_id: name for call_id, name in calls.values_list("id", "body__name")}
 
 
@@ -180,8 +174,10 @@ def transcript(session: Session, after_seq: int) -> dict[str, Any]:
     """Entries after `after_seq`, the seq to read after next, and whether more are waiting already."""
     events = events_after(session_id=session.pk, after_seq=after_seq, limit=EVENTS_PER_READ)
     calls = tool_names(session.pk, events)
+    entries = [describe(event, calls) for event in events if event.type not in HIDDEN]
     return {
-        "entries": [describe(event, calls) for event in events if event.type not in HIDDEN],
+        "entries": entries,
+        "event_ids": [entry.event_id for entry in entries],
         "last_seq": events[-1].seq if events else after_seq,
         "more": len(events) == EVENTS_PER_READ,
     }
@@ -190,6 +186,8 @@ def transcript(session: Session, after_seq: int) -> dict[str, Any]:
 def summary(session: Session) -> dict[str, Any]:
     return {
         "status": session.status,
+        "status_label": admin_list.status_label(session),
+        "running": session.status in admin_actions.INTERRUPTIBLE,
         "usage": usage_text(session.usage),
         "list_cost_usd": session.list_cost_usd,
         "active_seconds": round(session.active_seconds, 1),
@@ -198,13 +196,32 @@ def summary(session: Session) -> dict[str, Any]:
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Sessions are read here, written through the API and the runtime: the page is view-only."""
+class SessionAdmin(ArchivableAdmin, ReadOnlyAdmin):
+    """Sessions change through the API and the runtime: no field is edited here; an operator acts on a session
+    through the services, as the API does (`admin_actions`)."""
 
-    list_display = ("id", "title", "workspace", "agent", "status", "created_at", "archived_at")
-    list_filter = ("status", ("agent", admin.RelatedOnlyFieldListFilter), "created_at", ArchivedFilter)
+    list_display = (
+        "id",
+        "title",
+        "workspace",
+        "agent",
+        admin_list.status_column,
+        admin_list.tokens_column,
+        admin_list.cost_column,
+        admin_list.duration_column,
+        admin_list.last_activity_column,
+        "created_at",
+        "archived_at",
+    )
+    list_filter = (
+        admin_list.StatusFilter,
+        ("agent", admin.RelatedOnlyFieldListFilter),
+        "created_at",
+    )
     list_select_related = ("workspace", "agent")
-    search_fields = ("id", "title")
+    ordering = ("-created_at", "-id")
+    search_fields = ("id", "title", "agent__name", "metadata")  # what `get_search_results` searches, and events
+    search_help_text = "Finds sessions by id, title, agent name, metadata, or the text of their events."
     fields = (
         "id",
         "title",
@@ -223,12 +240,13 @@ class SessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )
     readonly_fields = fields
     change_form_template = "admin/agent_sessions/session/change_form.html"
+    archive_permission = "act"  # an operator archives (terminates) a session; deleting one takes an admin
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def archive_one(self, obj: Session) -> None:
+        services.session_archive(session=obj)
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    def delete_model(self, request: HttpRequest, obj: Session) -> None:
+        services.session_delete(session=obj)  # as the API's delete: the runtime stops its sandbox, drops its files
 
     @admin.display(description="agent version")
     def version(self, session: Session) -> SafeString | str:
@@ -245,10 +263,15 @@ class SessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return "-"
         return format_html("<pre>{}</pre>", pretty([public_resource(resource) for resource in session.resources]))
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Session], search_term: str
+    ) -> tuple[QuerySet[Session], bool]:
+        return sessions_matching(queryset, search_term), False
+
     def get_urls(self) -> list[URLPattern]:
         transcript_view = self.admin_site.admin_view(self.transcript_view)
         own = [path("<path:object_id>/transcript/", transcript_view, name="agent_sessions_session_transcript")]
-        return own + super().get_urls()
+        return own + admin_actions.action_urls(self) + super().get_urls()
 
     def render_change_form(
         self,
@@ -264,12 +287,16 @@ class SessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 **transcript(obj, 0),
                 **summary(obj),
                 "url": reverse("admin:agent_sessions_session_transcript", args=[quote(obj.pk)]),
+                "feed_url": admin_stream.feed_url(obj),
                 "follow_ms": FOLLOW_SECONDS * 1000,
             }
+            context["timeline"] = admin_timeline.timeline(obj.pk)
+            context["actions"] = admin_actions.panel(request, obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def transcript_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
-        """Entries after `?after=<seq>` as HTML, with the session's status and totals: what the page appends."""
+        """Entries after `?after=<seq>` as HTML, with the session's status and totals, its tool-call timeline and
+        its live actions: what the page appends or replaces."""
         session = self.get_object(request, unquote(object_id))
         if session is None:
             raise Http404
@@ -278,12 +305,18 @@ class SessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         after = request.GET.get("after", "0")
         read = transcript(session, int(after) if after.isdigit() else 0)
         totals = summary(session)
+        actions = admin_actions.panel(request, session)
         return JsonResponse(
             {
                 "html": render_to_string(ENTRIES_TEMPLATE, {"transcript": read}),
                 "summary": render_to_string(SUMMARY_TEMPLATE, {"transcript": totals}),
+                "timeline": render_to_string(TIMELINE_TEMPLATE, {"timeline": admin_timeline.timeline(session.pk)}),
+                "actions": render_to_string(ACTIONS_TEMPLATE, {"actions": actions}, request=request),
+                "actions_key": actions["key"],
+                "event_ids": read["event_ids"],
                 "last_seq": read["last_seq"],
                 "more": read["more"],
                 "following": totals["following"],
+                "running": totals["running"],
             }
         )

@@ -58,6 +58,15 @@ ENVELOPE_FIELDS = ("seq", "subpath")
 # Recorded on an appended event when its request carried `native-beta`; never rendered.
 NATIVE_BETA_FIELD = "_native_beta"
 DELTA_TYPES = ("agent.message", "agent.thinking")
+TOOL_CALL_TYPES = ("agent.tool_use", "agent.mcp_tool_use", "agent.custom_tool_use")
+# The events that answer a tool call, by the field naming the call they answer.
+TOOL_ANSWER_FIELDS = {
+    "agent.tool_result": "tool_use_id",
+    "agent.mcp_tool_result": "mcp_tool_use_id",
+    "user.tool_result": "tool_use_id",
+    "user.custom_tool_result": "custom_tool_use_id",
+    "user.tool_confirmation": "tool_use_id",
+}
 MAX_ITERATIONS_DEFAULT = 3
 MAX_ITERATIONS_LIMIT = 20
 SEND_EVENTS_MAX = 100  # events in one `POST /events`

@@ -1,15 +1,20 @@
 """Reads for sessions: the public part of a resource, events in either dialect, the outcome, the stream's
-reads."""
+reads, the tool calls awaiting confirmation, a session's duration, and the search of the sessions."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import BooleanField, Q, QuerySet, TextField
+from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KT, KeyTransform
+from django.db.models.functions import Cast
+from django.utils import timezone
 
 from registry.core.errors import not_found
 from registry.sessions import log
-from registry.sessions.events import NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES
+from registry.sessions.events import NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES, TOOL_ANSWER_FIELDS
 from registry.sessions.models import Session, SessionEvent
 
 PUBLIC_RESOURCE_FIELDS = ("sealed_authorization_token",)
@@ -51,6 +56,63 @@ def latest_outcome(session: Session) -> dict[str, Any] | None:
         "max_iterations": defined.body["max_iterations"],
         "completed_at": None,
     }
+
+
+CONFIRMABLE_CALLS = ("agent.mcp_tool_use", "agent.tool_use")
+
+
+def calls_awaiting_confirmation(session_id: str) -> QuerySet[SessionEvent]:
+    """Tool calls paused by an `always_ask` policy that no confirmation has answered yet."""
+    answered = SessionEvent.objects.filter(session_id=session_id, type="user.tool_confirmation")
+    return SessionEvent.objects.filter(
+        session_id=session_id, type__in=CONFIRMABLE_CALLS, body__evaluated_permission="ask"
+    ).exclude(pk__in=answered.values(call=KT("body__tool_use_id")))
+
+
+def answers_to(session_id: str, call_ids: list[str]) -> list[SessionEvent]:
+    """The events answering any of these tool calls (results, and confirmations acknowledged or not yet),
+    oldest first."""
+    naming = Q()
+    for field in set(TOOL_ANSWER_FIELDS.values()):
+        naming |= Q(**{f"body__{field}__in": call_ids})
+    answers = SessionEvent.objects.filter(naming, session_id=session_id, type__in=TOOL_ANSWER_FIELDS)
+    return list(answers.order_by("created_at", "id"))
+
+
+def duration_seconds(session: Session) -> float:
+    """From creation to archival or termination, or until now for a session still live."""
+    finished = session.archived_at or (session.updated_at if session.status == Session.Status.TERMINATED else None)
+    return ((finished or timezone.now()) - session.created_at).total_seconds()
+
+
+# The words of an event's content blocks as PostgreSQL indexes them (session_event_text_idx, migration 0003).
+EVENT_TEXT_MATCH = (
+    "jsonb_to_tsvector('english', body -> 'content', '[\"string\"]') @@ websearch_to_tsquery('english', %s)"
+)
+
+
+def _events_with_text(words: str) -> QuerySet[SessionEvent]:
+    """Events whose content text matches `words`: full text search on PostgreSQL, a substring elsewhere."""
+    if connection.vendor == "postgresql":
+        return SessionEvent.objects.filter(RawSQL(EVENT_TEXT_MATCH, [words], output_field=BooleanField()))
+    content = Cast(KeyTransform("content", "body"), TextField())
+    return SessionEvent.objects.alias(content=content).filter(content__icontains=words)
+
+
+def sessions_matching(sessions: QuerySet[Session], words: str) -> QuerySet[Session]:
+    """The sessions among `sessions` whose id, title, agent's name or metadata contain `words`, or one of
+    whose events' text matches them."""
+    words = words.strip()
+    if not words:
+        return sessions
+    in_fields = (
+        Q(id__icontains=words)
+        | Q(title__icontains=words)
+        | Q(agent__name__icontains=words)
+        | Q(metadata_text__icontains=words)
+    )
+    in_events = Q(pk__in=_events_with_text(words).values("session_id"))
+    return sessions.alias(metadata_text=Cast("metadata", TextField())).filter(in_fields | in_events)
 
 
 def session_in_workspace(*, workspace_id: str, session_id: str) -> Session:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -21,7 +20,7 @@ from registry.core.serialization import (
 from registry.core.tracing import TRACEPARENT_FIELD
 from registry.sessions.events import ENVELOPE_FIELDS, INITIAL_EVENT_SERIALIZERS, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
-from registry.sessions.selectors import public_resource
+from registry.sessions.selectors import duration_seconds, public_resource
 
 AGENT_ID = r"^agent_[A-Za-z0-9_-]+$"
 
@@ -201,8 +200,7 @@ class SessionSerializer(ArchivableObjectSerializer):
 
     @classmethod
     def render(cls, session: Session) -> dict[str, Any]:
-        finished = session.archived_at or (session.updated_at if session.status == Session.Status.TERMINATED else None)
-        duration = ((finished or timezone.now()) - session.created_at).total_seconds()
+        duration = duration_seconds(session)
         snapshot = session.agent_snapshot
         return {
             "id": session.id,

@@ -22,7 +22,7 @@ from registry.core.selectors import require_live
 from registry.core.services import apply_updates
 from registry.environments.selectors import usable_environment
 from registry.extensions.selectors import list_price
-from registry.sessions import log, notify, resources
+from registry.sessions import log, notify, resources, selectors
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.vaults.models import Vault
@@ -124,17 +124,7 @@ def session_delete(*, session: Session) -> None:
 # -- user events ----------------------------------------------------------------------------------
 def _pending_confirmations(session: Session) -> set[str]:
     """Tool calls paused by an `always_ask` policy that no confirmation has answered yet."""
-    asked = set(
-        SessionEvent.objects.filter(
-            session=session, type__in=("agent.mcp_tool_use", "agent.tool_use"), body__evaluated_permission="ask"
-        ).values_list("id", flat=True)
-    )
-    answered = set(
-        SessionEvent.objects.filter(session=session, type="user.tool_confirmation").values_list(
-            "body__tool_use_id", flat=True
-        )
-    )
-    return asked - answered
+    return set(selectors.calls_awaiting_confirmation(session.pk).values_list("id", flat=True))
 
 
 def _open_custom_tool_uses(session: Session) -> set[str]:

@@ -3,34 +3,28 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from registry.core.admin import OneByOneDeletion, ReadOnlyAdmin
+from registry.core.admin import ReadOnlyAdmin, ReadOnlyInline
 from registry.skills import services
 from registry.skills.models import Skill, SkillFile, SkillVersion
 
 
-class SkillVersionInline(admin.TabularInline):  # type: ignore[type-arg]
+class SkillVersionInline(ReadOnlyInline):
     """A skill's versions, read-only."""
 
     model = SkillVersion
     fields = ("version", "name", "description", "created_at")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
     show_change_link = True
 
 
-class SkillFileInline(admin.TabularInline):  # type: ignore[type-arg]
+class SkillFileInline(ReadOnlyInline):
     """A version's files: path and size, never the content."""
 
     model = SkillFile
     fields = ("path", "size_bytes")
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
 
 
 @admin.register(Skill)
-class SkillAdmin(OneByOneDeletion, ReadOnlyAdmin):
+class SkillAdmin(ReadOnlyAdmin):
     """Skills, read-only: uploads go through the API; a deletion here removes the bundles' bytes too."""
 
     list_display = ("id", "display_name", "name", "workspace", "latest_version", "created_at")
@@ -44,10 +38,14 @@ class SkillAdmin(OneByOneDeletion, ReadOnlyAdmin):
 
 @admin.register(SkillVersion)
 class SkillVersionAdmin(ReadOnlyAdmin):
-    """One version and its file list, read-only."""
+    """One version and its file list, read-only; a deletion goes through the API's service (which keeps a
+    skill's last version, and removes the bundle's bytes)."""
 
+    workspace_path = "skill__workspace"
     list_display = ("version", "skill", "name", "created_at")
     search_fields = ("skill__id", "name", "version")
     readonly_fields = ("skill", "version", "name", "description", "created_at")
     inlines = [SkillFileInline]
-    deletable = False
+
+    def delete_model(self, request: HttpRequest, obj: SkillVersion) -> None:
+        services.skill_version_delete(version=obj)

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from registry.core.fields import validated
 from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_schema
-from registry.core.services import resource_archive
+from registry.core.services import resource_archive, resource_delete
 from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices
 from registry.vaults import selectors, services
 from registry.vaults.models import Vault, VaultCredential
@@ -68,5 +68,5 @@ class CredentialViewSet(WorkspaceViewSet):
 
     @extend_schema(responses=deleted_response("vault_credential"))
     def destroy(self, request: Request, id: str, credential_id: str) -> Response:
-        self.credential().delete()
+        resource_delete(instance=self.credential())
         return Response({"id": credential_id, "type": "vault_credential_deleted"})

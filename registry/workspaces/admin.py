@@ -1,18 +1,19 @@
-"""Django admin for workspace staff: workspaces (with links to their resources), API keys (a new key is
-shown once), memberships."""
+"""Django admin for workspace staff: workspaces (with links to their resources and, for superusers, their
+staff members), API keys (issued through the service, the plaintext shown once; revoked by a confirmed
+action, never brought back), OIDC memberships and staff memberships (superusers write both)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin, messages
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from registry.core.admin import ReadOnlyInline, changelist_link
+from registry.core.admin import ReadOnlyInline, StaffScopedAdmin, adopt, changelist_link, is_superuser
 from registry.workspaces import services
-from registry.workspaces.models import ApiKey, OidcMembership, Workspace
+from registry.workspaces.models import ApiKey, OidcMembership, StaffMembership, Workspace
 
 # The lists a workspace's page links to (by name: the apps of these models sit above this one).
 RESOURCE_LISTS = (
@@ -23,56 +24,144 @@ RESOURCE_LISTS = (
 )
 
 
+def show_new_key(request: HttpRequest, issued: services.IssuedKey) -> None:
+    messages.warning(request, f"New API key (copy it now, it is not shown again): {issued.plaintext}")
+
+
+class SuperusersWrite(StaffScopedAdmin):
+    """A page whose rows only superusers add and delete; nobody changes them (delete and add again)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+
 class ApiKeyInline(ReadOnlyInline):
     model = ApiKey
     fields = ("name", "display_prefix", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("display_prefix", "created_at", "last_used_at")
+
+
+class StaffMembershipInline(admin.TabularInline):  # type: ignore[type-arg]
+    """The workspace's staff members and their roles, which superusers manage here."""
+
+    model = StaffMembership
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+    extra = 0
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkspaceAdmin(SuperusersWrite):
+    """Workspaces are made here by superusers through the service (with a first key, shown once); a name is
+    fixed once given, and a workspace is never deleted here (its sandboxes and files would stay behind).
+    Superusers change a workspace's page only for its staff members."""
+
+    workspace_path = "pk"
     list_display = ("id", "name", "created_at")
     search_fields = ("id", "name")
+    fields = ("id", "name", "resources", "created_at")
     readonly_fields = ("id", "resources", "created_at")
-    inlines = [ApiKeyInline]
+    inlines = [StaffMembershipInline, ApiKeyInline]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        return (*fields, "name") if obj is not None else fields
 
     @admin.display(description="resources")
     def resources(self, workspace: Workspace) -> SafeString:
         links = ((changelist_link(model, name, workspace=workspace.pk),) for name, model in RESOURCE_LISTS)
         return format_html_join(" · ", "{}", links)
 
+    def save_model(self, request: HttpRequest, obj: Workspace, form: Any, change: bool) -> None:
+        if change:
+            return  # the name is read-only: only the staff inline changes
+        workspace, issued = services.workspace_create(name=obj.name)
+        adopt(obj, workspace)
+        show_new_key(request, issued)
+
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Keys are issued here through the service; the plaintext appears once, in a message."""
+class ApiKeyAdmin(StaffScopedAdmin):
+    """Keys are issued here through the service (the plaintext appears once, in a message) and revoked by a
+    confirmed action; nothing else about a key changes, and a revoked key stays revoked."""
 
     list_display = ("display_prefix", "name", "workspace", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
-    fields = ("workspace", "name", "display_prefix", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("display_prefix", "created_at", "last_used_at")
+    search_fields = ("display_prefix", "name")
+    fields = ("workspace", "name", "display_prefix", "is_org_admin", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("display_prefix", "is_org_admin", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        return (*self.readonly_fields, "workspace") if obj is not None else self.readonly_fields
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: the row stays as the record of the key
+
+    def has_revoke_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.permits(request, "change", obj)
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            services.forget_key(obj)  # a revocation here takes effect at once in this process
-            return
         issued = services.api_key_issue(workspace=obj.workspace, name=obj.name)
-        obj.pk = issued.api_key.pk
-        obj.display_prefix = issued.api_key.display_prefix
-        obj.digest = issued.api_key.digest
-        messages.warning(request, f"New API key (copy it now, it is not shown again): {issued.plaintext}")
+        adopt(obj, issued.api_key)
+        show_new_key(request, issued)
 
-    @admin.action(description="Revoke selected keys")
-    def revoke(self, request: HttpRequest, queryset: Any) -> None:
-        for api_key in queryset:
-            services.api_key_revoke(api_key=api_key)
+    @admin.action(description="Revoke selected API keys", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return self.confirmed(
+            request,
+            queryset,
+            action="revoke",
+            verb="Revoke",
+            done="Revoked",
+            perform=lambda api_key: services.api_key_revoke(api_key=api_key),
+        )
 
 
 @admin.register(OidcMembership)
-class OidcMembershipAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class OidcMembershipAdmin(SuperusersWrite):
+    """OIDC subjects mapped to a workspace: its members read them; superusers map subjects through the service
+    (the form refuses a subject mapped already, so nobody is moved from another workspace) and unmap them."""
+
     list_display = ("subject", "workspace", "created_at")
     search_fields = ("subject",)
+
+    def save_model(self, request: HttpRequest, obj: OidcMembership, form: Any, change: bool) -> None:
+        adopt(obj, services.membership_set(workspace=obj.workspace, subject=obj.subject))
+
+    def delete_model(self, request: HttpRequest, obj: OidcMembership) -> None:
+        services.membership_delete(membership=obj)
+
+
+@admin.register(StaffMembership)
+class StaffMembershipAdmin(StaffScopedAdmin):
+    """Who is staff of which workspace, with which role: superusers only (also on each workspace's page)."""
+
+    superusers_only = True
+    list_display = ("user", "workspace", "role", "created_at")
+    list_filter = ("role",)
+    list_select_related = ("user", "workspace")
+    search_fields = ("user__username", "workspace__id", "workspace__name")

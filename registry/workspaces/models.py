@@ -1,7 +1,9 @@
-"""Workspace, ApiKey (SHA-256 digest only) and OidcMembership (an OIDC subject mapped to one workspace)."""
+"""Workspace, ApiKey (SHA-256 digest only), OidcMembership (an OIDC subject mapped to one workspace) and
+StaffMembership (a staff user's role in a workspace of the admin)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from registry.core.ids import public_id_field
@@ -47,3 +49,25 @@ class OidcMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} → {self.workspace_id}"
+
+
+class StaffMembership(models.Model):
+    """A staff user's role in one workspace of the admin: a viewer reads, an operator also acts on sessions
+    and the like, an admin also changes and deletes. Superusers need none: they see every workspace."""
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer"
+        OPERATOR = "operator"
+        ADMIN = "admin"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="staff_memberships")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="staff_memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "staff membership"
+        constraints = [models.UniqueConstraint(fields=["user", "workspace"], name="staff_membership_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} → {self.workspace_id} ({self.role})"

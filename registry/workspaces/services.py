@@ -1,4 +1,4 @@
-"""Writes for workspaces: create, issue and revoke keys, map OIDC subjects."""
+"""Writes for workspaces: create, issue and revoke keys, map OIDC subjects (and remove a mapping)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,12 @@ def membership_set(*, workspace: Workspace, subject: str) -> OidcMembership:
     """Map `subject` to `workspace`; a subject belongs to one workspace, so this moves it."""
     membership, _ = OidcMembership.objects.update_or_create(subject=subject, defaults={"workspace": workspace})
     return membership
+
+
+@transaction.atomic
+def membership_delete(*, membership: OidcMembership) -> None:
+    """Unmap a subject: its tokens authenticate no more."""
+    OidcMembership.objects.filter(pk=membership.pk).delete()
 
 
 # `last_used_at` is refreshed at most this often, so authentication costs no write per request.

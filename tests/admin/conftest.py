@@ -1,17 +1,40 @@
-"""Fixtures of the admin console tests: a staff user, and a session with one finished turn in its log."""
+"""Fixtures of the admin console tests: a staff user and the test client logged in as it, a session with one
+finished turn in its log, Chromium driven by Selenium for the browser tests, and for those that run turns the
+runtime tests' processes (the scripted model, the shop MCP server, daphne; tests/support/runtime/fixtures.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
+from selenium import webdriver
 
 from tests.support.admin_turns import STAFF_PASSWORD, Turn, create_finished_turn
+from tests.support.browser import chromium
+from tests.support.runtime.fixtures import child_env, fake_model, model, registry, shop, shop_server
 from tests.support.tenants import Tenant
+
+__all__ = ["child_env", "fake_model", "model", "registry", "shop", "shop_server"]
 
 
 @pytest.fixture
 def staff(db: None) -> User:
     return User.objects.create_superuser("staff", "staff@example.com", STAFF_PASSWORD)
+
+
+@pytest.fixture
+def console(client: Client, staff: User) -> Client:
+    client.login(username="staff", password=STAFF_PASSWORD)
+    return client
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    driver = chromium()
+    yield driver
+    driver.quit()
 
 
 @pytest.fixture

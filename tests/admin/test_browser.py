@@ -5,51 +5,21 @@ var/test-artifacts/."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.admin_turns import ANSWER, QUESTION, STAFF_PASSWORD, Turn, emit
-from tests.support.live import ROOT, live_registry
+from tests.support.browser import WAIT_SECONDS, log_in, screenshot, transcript_text
+from tests.support.live import live_registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-ARTIFACTS = ROOT / "var" / "test-artifacts"
-CHROMIUM = "chromium"
-CHROMEDRIVER = "chromedriver"
-WAIT_SECONDS = 15
-
-
-def installed(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(
-            f"{name} is not installed: `make test` installs Debian's chromium and chromium-driver "
-            "(or run `apt-get install -y chromium chromium-driver`)",
-            pytrace=False,
-        )
-    return found
-
-
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = installed(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,2000"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=installed(CHROMEDRIVER)))
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture
@@ -65,24 +35,6 @@ def live_staff(staff: User) -> User:
 def registry_url() -> Iterator[str]:
     with live_registry() as url:
         yield url
-
-
-def log_in(browser: webdriver.Chrome, registry_url: str, next_path: str) -> None:
-    browser.get(f"{registry_url}/admin/login/?next={next_path}")
-    browser.find_element(By.NAME, "username").send_keys("staff")
-    browser.find_element(By.NAME, "password").send_keys(STAFF_PASSWORD)
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-
-
-def transcript_text(browser: webdriver.Chrome) -> str:
-    return str(browser.find_element(By.ID, "transcript-events").text)
-
-
-def screenshot(browser: webdriver.Chrome, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    browser.save_screenshot(str(path))
-    return path
 
 
 def test_staff_reads_a_styled_transcript_that_follows_the_session(browser, registry_url, live_staff, turn: Turn):

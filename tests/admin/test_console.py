@@ -4,10 +4,7 @@ between the pages, list filters and search, secrets never shown, static files se
 from __future__ import annotations
 
 import gzip
-import re
 
-import pytest
-from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
@@ -15,31 +12,8 @@ from django.test import Client
 from registry.agents.models import AgentVersion
 from registry.sessions import log, services
 from registry.vaults.models import VaultCredential
-from tests.support.admin_turns import ANSWER, QUESTION, REPOSITORY_TOKEN, STAFF_PASSWORD, VAULT_TOKEN, Turn, emit
-
-SESSIONS = "/admin/agent_sessions/session/"
-
-
-@pytest.fixture
-def console(client: Client, staff: User) -> Client:
-    client.login(username="staff", password=STAFF_PASSWORD)
-    return client
-
-
-def on(listing: str, pk: object, view: str = "change") -> str:
-    """An object's admin URL, its key quoted as the admin quotes it (`_` is `_5F`)."""
-    return f"{listing}{quote(str(pk))}/{view}/"
-
-
-def page(console: Client, path: str) -> str:
-    response = console.get(path)
-    assert response.status_code == 200, path
-    return response.content.decode()
-
-
-def listed(console: Client, query: str) -> set[str]:
-    """The session ids on the list page for this query string."""
-    return set(re.findall(r">(sesn_[A-Za-z0-9]+)</a>", page(console, f"{SESSIONS}?{query}")))
+from tests.support.admin_pages import SESSIONS, listed, on, page
+from tests.support.admin_turns import ANSWER, QUESTION, REPOSITORY_TOKEN, VAULT_TOKEN, Turn, emit
 
 
 def test_session_page_reads_as_a_transcript(console, turn: Turn):

@@ -1,5 +1,6 @@
 """A session with one finished turn in its log, written the way the runtime writes it, and the secrets
-(canaries) its resources and vault hold, which no admin page may show."""
+(canaries) its resources and vault hold, which no admin page may show; a turn that stops on a tool call
+awaiting confirmation."""
 
 from __future__ import annotations
 
@@ -74,3 +75,21 @@ def create_finished_turn(tenant: Tenant) -> Turn:
     ).json()
     write_finished_turn(session["id"])
     return Turn(session["id"], agent["id"], environment["id"], vault["id"])
+
+
+PENDING_INPUT = {"order_id": "B2"}
+
+
+def write_pending_confirmation(session_id: str) -> str:
+    """A turn that stops on an MCP call its `always_ask` policy holds, as the runtime writes it; the call's id."""
+    log.transition(session_id=session_id, status="running")
+    call = emit(
+        session_id,
+        "agent.mcp_tool_use",
+        name="lookup_order",
+        mcp_server_name="shop",
+        input=PENDING_INPUT,
+        evaluated_permission="ask",
+    )
+    log.transition(session_id=session_id, status="idle", stop_reason={"type": "requires_action", "event_ids": [call]})
+    return call
