@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import django_filters
 
-from registry.core.filters import CreatedAtRangeFilter
+from registry.core.filters import CreatedAtRangeFilter, UtcDateTimeFilter
 from registry.memory.models import MemoryStore, MemoryVersion
 
 
@@ -18,8 +18,8 @@ class MemoryVersionFilter(django_filters.FilterSet):
     memory_id = django_filters.CharFilter(field_name="memory_id")
     operation = django_filters.ChoiceFilter(field_name="operation", choices=MemoryVersion.Operation.choices)
     api_key_id = django_filters.CharFilter(field_name="created_by__api_key_id")
-    created_at_gte = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_at_lte = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
+    created_at_gte = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_at_lte = UtcDateTimeFilter(field_name="created_at", lookup_expr="lte")
 
     class Meta:
         model = MemoryVersion

@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 NO_SANDBOX_ERROR = "sandbox_unavailable_error"
 NO_SANDBOX = (
     "This agent has built-in tools (bash, read, ...), but this runtime has no sandbox to run them in "
-    "(REGISTRY_SANDBOX_BACKEND=none); they are not offered to the model."
+    "(REGISTRY_SANDBOX_BACKEND=none, or the worker's start-up check of its sandboxes failed: its log says "
+    "why); they are not offered to the model."
 )
 
 

@@ -6,6 +6,7 @@ import django_filters
 from django.db import connection
 from django.db.models import QuerySet
 
+from registry.core.filters import UtcDateTimeFilter
 from registry.sessions.events import PUBLIC_TYPES
 from registry.sessions.models import Session, SessionEvent
 
@@ -14,10 +15,10 @@ class SessionFilter(django_filters.FilterSet):
     agent_id = django_filters.CharFilter(field_name="agent_id")
     agent_version = django_filters.NumberFilter(field_name="agent_version")
     statuses = django_filters.MultipleChoiceFilter(field_name="status", choices=Session.Status.choices)
-    created_at_gt = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gt")
-    created_at_gte = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_at_lt = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    created_at_lte = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
+    created_at_gt = UtcDateTimeFilter(field_name="created_at", lookup_expr="gt")
+    created_at_gte = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_at_lt = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_at_lte = UtcDateTimeFilter(field_name="created_at", lookup_expr="lte")
     memory_store_id = django_filters.CharFilter(method="filter_memory_store")
 
     class Meta:
@@ -35,10 +36,10 @@ class EventFilter(django_filters.FilterSet):
     types = django_filters.MultipleChoiceFilter(
         field_name="type", choices=[(name, name) for name in sorted(PUBLIC_TYPES)]
     )
-    created_at_gt = django_filters.IsoDateTimeFilter(field_name="processed_at", lookup_expr="gt")
-    created_at_gte = django_filters.IsoDateTimeFilter(field_name="processed_at", lookup_expr="gte")
-    created_at_lt = django_filters.IsoDateTimeFilter(field_name="processed_at", lookup_expr="lt")
-    created_at_lte = django_filters.IsoDateTimeFilter(field_name="processed_at", lookup_expr="lte")
+    created_at_gt = UtcDateTimeFilter(field_name="processed_at", lookup_expr="gt")
+    created_at_gte = UtcDateTimeFilter(field_name="processed_at", lookup_expr="gte")
+    created_at_lt = UtcDateTimeFilter(field_name="processed_at", lookup_expr="lt")
+    created_at_lte = UtcDateTimeFilter(field_name="processed_at", lookup_expr="lte")
 
     class Meta:
         model = SessionEvent

@@ -70,3 +70,16 @@ def test_created_at_filters(api):
     assert [a["id"] for a in api.get("/v1/agents", {"created_at_gte": second_created}).json()["data"]] == [second]
     assert first in [a["id"] for a in api.get("/v1/agents", {"created_at_lte": second_created}).json()["data"]]
     assert_error(api.get("/v1/agents", {"created_at_gte": "yesterday"}), 400, "invalid_request_error")
+
+
+def test_created_at_filters_take_any_offset_python_reads_to_utc(api):
+    """PostgreSQL refuses offsets past ±15:59 that ISO 8601 and Python allow (a fuzzer's find: a 500)."""
+    [agent] = make_agents(api, 1)
+    created = api.get(f"/v1/agents/{agent}").json()["created_at"]
+    assert [a["id"] for a in api.get("/v1/agents", {"created_at_gte": created}).json()["data"]] == [agent]
+    far_offset = {"created_at_gte": "3252-02-17T02:49:16+20:23", "created_at_lte": "0016-01-01T00:00:01Z"}
+    answer = api.get("/v1/agents", far_offset)
+    assert answer.status_code == 200 and answer.json()["data"] == []
+    sessions = api.get("/v1/sessions", {"created_at_gte": "2000-01-01T00:00:00-23:59"})
+    assert sessions.status_code == 200 and sessions.json()["data"] == []
+    assert_error(api.get("/v1/agents", {"created_at_lte": "0001-01-01T00:00:00+01:00"}), 400, "invalid_request_error")

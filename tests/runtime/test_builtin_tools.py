@@ -155,7 +155,11 @@ def test_a_sandbox_that_cannot_start_ends_the_turn_and_the_session_goes_on(model
     model.add(replies.tool_call("bash", {"command": "true"}), replies.text("next turn works"))
     chat = open_session(tools=[toolset()])
     workers.pause()
-    chat.processes.append(start_worker(REGISTRY_SANDBOX_ROOT="/proc/no-sandboxes-here"))
+    # A root that cannot be made; Debian's bubblewrap, which needs no copy under it (the wheel's, from a
+    # private clone, would: then the worker's start-up check fails and it offers no built-in tools at all).
+    chat.processes.append(
+        start_worker(REGISTRY_SANDBOX_ROOT="/proc/no-sandboxes-here", REGISTRY_SANDBOX_BWRAP="/usr/bin/bwrap")
+    )
     chat.say("run it")
     events = chat.wait_idle()
     [error] = of_type(events, "session.error")
