@@ -1,15 +1,17 @@
 """Root URL configuration: discovery and health, metrics, `/v1/...` resources, OpenAPI, Django admin.
 
-Anything else (the old `/v1/registry/...` form included) is a 404 in the error envelope.
+Anything else (the old `/v1/registry/...` form included) is a 404 in the error envelope; errors under the admin
+are HTML pages in its look instead (registry.core.error_pages).
 """
 
 from django.conf import settings
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
-from registry.core.errors import ErrorType, json_error
+from registry.core.error_pages import error_response
+from registry.core.errors import ErrorType
 from registry.core.observability import metrics_view
 from registry.internal.views import JwksView
 
@@ -37,20 +39,20 @@ if settings.REGISTRY_INTERNAL_API:
     urlpatterns.append(path("internal/v1/", include("registry.internal.urls")))
 
 
-def not_found_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return json_error(request, ErrorType.NOT_FOUND, f"No route for {request.method} {request.path}.")
+def not_found_handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return error_response(request, ErrorType.NOT_FOUND, f"No route for {request.method} {request.path}.")
 
 
-def server_error_handler(request: HttpRequest) -> JsonResponse:
-    return json_error(request, ErrorType.API, "Internal server error.")
+def server_error_handler(request: HttpRequest) -> HttpResponse:
+    return error_response(request, ErrorType.API, "Internal server error.")
 
 
-def bad_request_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return json_error(request, ErrorType.INVALID_REQUEST, "Bad request.")
+def bad_request_handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return error_response(request, ErrorType.INVALID_REQUEST, "Bad request.")
 
 
-def permission_denied_handler(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return json_error(request, ErrorType.PERMISSION, "Permission denied.")
+def permission_denied_handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return error_response(request, ErrorType.PERMISSION, "Permission denied.")
 
 
 handler404 = not_found_handler

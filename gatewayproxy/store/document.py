@@ -152,6 +152,18 @@ def without_entry(document: dict[str, Any], key: EntryKey) -> dict[str, Any]:
     return {**document, key.collection: entries}
 
 
+def entry_keys(document: dict[str, Any]) -> list[EntryKey]:
+    """The key of every entry in `document`."""
+    keys = [EntryKey("sections", name) for name in SINGLETON_SECTIONS if name in document]
+    keys += [EntryKey("destinations", name) for name in document.get("destinations", {})]
+    for collection in ("routes", "rate_limits", "vaults"):
+        keys += [EntryKey(collection, str(entry.get("name"))) for entry in document.get(collection, [])]
+    for slot, held in document.get("plugins", {}).items():
+        entries = [held] if isinstance(held, dict) else held
+        keys += [EntryKey("plugins", str(entry.get("name")), slot) for entry in entries]
+    return keys
+
+
 def routes_using(document: dict[str, Any], destination: str) -> list[str]:
     """Names of the routes whose strategy names `destination` (as a target, a condition or the default)."""
     users = []

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
-from gatewayproxy.store.document import PLUGIN_SLOTS, SINGLETON_SECTIONS
+from gatewayproxy.store.document import PLUGIN_SLOTS, SINGLETON_SECTIONS, EntryKey
 
 
 class ConfigVersion(models.Model):
@@ -88,6 +89,37 @@ class PluginInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.slot}/{self.name}"
+
+
+class ConfigRevision(models.Model):
+    """One change of one entry, recorded in the transaction of the write that made it: who (`author`, kept by
+    name too), how (`origin`: the admin, a rollback, an import, the gateway's admin plane), which entry, its
+    body before and after (null: absent) and the config version the write produced."""
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    author_name = models.CharField(max_length=150, blank=True, default="")
+    origin = models.CharField(max_length=32)
+    collection = models.CharField(max_length=32)
+    slot = models.CharField(max_length=32, blank=True, default="")
+    name = models.CharField(max_length=200)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    version = models.BigIntegerField()
+
+    class Meta:
+        ordering = ("-id",)
+        indexes = [models.Index(fields=("collection", "slot", "name"), name="store_revision_entry")]
+
+    def __str__(self) -> str:
+        return f"revision {self.pk} of {self.key}"
+
+    @property
+    def key(self) -> EntryKey:
+        """The entry the revision changed."""
+        return EntryKey(self.collection, self.name, self.slot or None)
 
 
 # The row model of each document collection (see gatewayproxy.store.document.EntryKey).

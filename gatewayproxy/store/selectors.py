@@ -9,7 +9,7 @@ from django.db import models, transaction
 
 from gatewayproxy.config.kinds import SINGLE_INSTANCE_SLOTS
 from gatewayproxy.store.document import EntryKey, entry_body, with_entry, without_entry
-from gatewayproxy.store.models import ROW_MODELS, ConfigVersion, Destination, PluginInstance, Section
+from gatewayproxy.store.models import ROW_MODELS, ConfigRevision, ConfigVersion, Destination, PluginInstance, Section
 
 # The collections the document holds as lists of named entries, in their rows' order.
 NAMED_LISTS = ("routes", "rate_limits", "vaults")
@@ -85,3 +85,10 @@ def stored_config() -> StoredConfig:
     """The document and its version, read in one transaction so they agree."""
     with transaction.atomic():
         return StoredConfig(version=config_version(), document=stored_document(), source=config_source())
+
+
+def entry_revisions(key: EntryKey) -> models.QuerySet[ConfigRevision]:
+    """The revisions of one entry, newest first."""
+    return ConfigRevision.objects.filter(collection=key.collection, slot=key.slot or "", name=key.name).select_related(
+        "author"
+    )

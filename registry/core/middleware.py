@@ -15,7 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from opentelemetry.trace import Span
 
 from registry.core import tracing
-from registry.core.errors import ErrorType, json_error
+from registry.core.error_pages import error_response
+from registry.core.errors import ErrorType
 from registry.core.ids import new_id
 
 
@@ -127,15 +128,18 @@ def finish_span(span: Span, request: HttpRequest, response: HttpResponse) -> Non
 
 
 class BodySizeLimitMiddleware(DualModeMiddleware):
-    """Answer 413 when the declared body is larger than REGISTRY_MAX_BODY_BYTES."""
+    """Answer 413 when the declared body is larger than REGISTRY_MAX_BODY_BYTES (in the envelope, or under the
+    admin as its error page)."""
 
     def before(self, request: HttpRequest) -> HttpResponse | None:
         declared = request.META.get("CONTENT_LENGTH") or "0"
         if not declared.isdigit():
-            return json_error(request, ErrorType.INVALID_REQUEST, "Content-Length is not a number.")
+            return error_response(request, ErrorType.INVALID_REQUEST, "Content-Length is not a number.")
         limit = self.limit_for(request)
         if int(declared) > limit:
-            return json_error(request, ErrorType.REQUEST_TOO_LARGE, f"Request body exceeds the limit of {limit} bytes.")
+            return error_response(
+                request, ErrorType.REQUEST_TOO_LARGE, f"Request body exceeds the limit of {limit} bytes."
+            )
         return None
 
     @staticmethod

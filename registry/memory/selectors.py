@@ -3,7 +3,8 @@ grouping."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet, Window
+from django.db.models.functions import RowNumber
 
 from registry.core.errors import invalid_request, not_found
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
@@ -71,3 +72,19 @@ def store_by_id(store_id: str) -> MemoryStore:
 
 def memory_at(*, store: MemoryStore, path: str) -> Memory | None:
     return Memory.objects.filter(store=store, path=path).first()
+
+
+def memories_with_versions(
+    *, store: MemoryStore, memories: int, versions_each: int
+) -> tuple[list[tuple[Memory, list[MemoryVersion]]], int]:
+    """The first `memories` of the store's memories by path, each with its latest `versions_each` versions
+    (newest first), and how many memories the store holds."""
+    live = Memory.objects.filter(store=store)
+    shown = list(live.order_by("path")[:memories])
+    versions: dict[str, list[MemoryVersion]] = {memory.id: [] for memory in shown}
+    newest_first = (F("created_at").desc(), F("id").desc())
+    rank = Window(RowNumber(), partition_by=F("memory_id"), order_by=newest_first)
+    history = memory_versions(store=store).filter(memory_id__in=list(versions)).annotate(rank=rank)
+    for version in history.filter(rank__lte=versions_each).order_by(*newest_first):
+        versions[version.memory_id].append(version)
+    return [(memory, versions[memory.id]) for memory in shown], live.count()

@@ -20,6 +20,7 @@ from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
 from registry.runtime.transcript import BOUNDARY_TYPES, TOOL_USE_TYPES, build_messages, latest_compaction
 from registry.runtime.writer import TurnLog, span_usage
+from registry.sessions import log
 from registry.sessions.models import Session, SessionEvent
 
 Status = Session.Status
@@ -143,7 +144,7 @@ class ModelStep:
         for position, block in enumerate(response.content):
             event_id = response.event_ids.get(position)
             if block["type"] in ("thinking", "redacted_thinking"):
-                self.turn.emit("agent.thinking", {}, event_id)
+                self.turn.emit("agent.thinking", {log.THINKING_FIELD: kept_thinking(block)}, event_id)
             elif block["type"] == "text" and block.get("text"):
                 self.turn.emit("agent.message", {"content": [{"type": "text", "text": block["text"]}]}, event_id)
                 spoken += 1
@@ -171,6 +172,14 @@ class ModelStep:
         )
         summary = self.create(request).text()
         self.turn.emit(context.COMPACTED_TYPE, {"summary": summary, "first_kept_event_id": events[cut].id})
+
+
+def kept_thinking(block: dict[str, Any]) -> dict[str, Any]:
+    """What `agent.thinking` keeps of a thinking block for staff: its text (empty when the model returned only a
+    signature), or only that the provider redacted it."""
+    if block["type"] == "redacted_thinking":
+        return {"type": "redacted_thinking"}
+    return {"type": "thinking", "text": block.get("thinking", "")}
 
 
 def with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

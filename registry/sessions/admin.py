@@ -16,9 +16,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -26,9 +25,10 @@ from django.utils.safestring import SafeString
 
 from registry.agents.models import AgentVersion
 from registry.core.admin import ArchivableAdmin, ReadOnlyAdmin, change_link
+from registry.core.admin_reading import ReadingStyles, markdown_html, pretty, viewable
 from registry.sessions import admin_actions, admin_list, admin_stream, admin_timeline, services
-from registry.sessions.admin_actions import pretty
 from registry.sessions.events import NATIVE_BETA_FIELD, TOOL_ANSWER_FIELDS, TOOL_CALL_TYPES
+from registry.sessions.log import THINKING_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.sessions.selectors import events_after, public_resource, sessions_matching
 from registry.vaults.models import Vault
@@ -40,12 +40,19 @@ ACTIONS_TEMPLATE = "admin/agent_sessions/session/transcript_actions.html"
 TIMELINE_TEMPLATE = "admin/agent_sessions/session/transcript_timeline.html"
 EVENTS_PER_READ = 500
 HIDDEN = ("span.model_request_start", "span.outcome_evaluation_start")  # their `_end` says it all
+# Why an `agent.thinking` shows no text, by the kind of block the runtime kept (None: it kept nothing).
+THINKING_NOT_SHOWN: dict[str | None, str] = {
+    "redacted_thinking": "Thinking not kept by the provider: it returned this thinking encrypted (redacted).",
+    "thinking": "Thinking not kept by this model or provider: it returned only a signature, no text.",
+    None: "Not recorded: this event was written before the runtime kept the thinking's text.",
+}
 
 
 @dataclass(frozen=True)
 class Entry:
     """One event as the transcript shows it; `kind` picks its style (user, agent, thinking, tool,
-    result, error, status, usage, note); `event_id` lets the page replace the preview of a message."""
+    result, error, status, usage, note); `event_id` lets the page replace the preview of a message. An agent's
+    message also comes as `markdown` (safe HTML); `note` says why a thinking has no text."""
 
     seq: int
     kind: str
@@ -55,6 +62,8 @@ class Entry:
     detail: str = ""
     is_error: bool = False
     event_id: str = ""
+    markdown: str = ""
+    note: str = ""
 
 
 def blocks_text(blocks: Iterable[dict[str, Any]] | None) -> str:
@@ -81,12 +90,17 @@ def usage_text(usage: dict[str, Any]) -> str:
 
 
 def _message(event: SessionEvent, calls: dict[str, str]) -> Entry:
-    who = "user" if event.type.startswith("user.") else "agent"
-    return Entry(event.seq or 0, who, who.capitalize(), event.processed_at, blocks_text(event.body.get("content")))
+    text = blocks_text(event.body.get("content"))
+    if event.type.startswith("user."):
+        return Entry(event.seq or 0, "user", "User", event.processed_at, text)
+    return Entry(event.seq or 0, "agent", "Agent", event.processed_at, text, markdown=markdown_html(text))
 
 
 def _thinking(event: SessionEvent, calls: dict[str, str]) -> Entry:
-    return Entry(event.seq or 0, "thinking", "Thinking", event.processed_at, event.body.get("thinking") or "")
+    kept = event.body.get(THINKING_FIELD) or {}
+    text = kept.get("text") or ""
+    note = "" if text else THINKING_NOT_SHOWN.get(kept.get("type"), THINKING_NOT_SHOWN[None])
+    return Entry(event.seq or 0, "thinking", "Thinking", event.processed_at, text, note=note)
 
 
 def _tool_call(event: SessionEvent, calls: dict[str, str]) -> Entry:
@@ -196,7 +210,7 @@ def summary(session: Session) -> dict[str, Any]:
 
 
 @admin.register(Session)
-class SessionAdmin(ArchivableAdmin, ReadOnlyAdmin):
+class SessionAdmin(ReadingStyles, ArchivableAdmin, ReadOnlyAdmin):
     """Sessions change through the API and the runtime: no field is edited here; an operator acts on a session
     through the services, as the API does (`admin_actions`)."""
 
@@ -297,11 +311,7 @@ class SessionAdmin(ArchivableAdmin, ReadOnlyAdmin):
     def transcript_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """Entries after `?after=<seq>` as HTML, with the session's status and totals, its tool-call timeline and
         its live actions: what the page appends or replaces."""
-        session = self.get_object(request, unquote(object_id))
-        if session is None:
-            raise Http404
-        if not self.has_view_permission(request, session):
-            raise PermissionDenied
+        session = viewable(self, request, unquote(object_id))
         after = request.GET.get("after", "0")
         read = transcript(session, int(after) if after.isdigit() else 0)
         totals = summary(session)

@@ -8,7 +8,6 @@ and is recorded in the admin log. An action the session's state does not allow s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 from rest_framework.exceptions import APIException
 
 from registry.core.admin import problems
+from registry.core.admin_reading import pretty, viewable
 from registry.sessions import selectors, services
 from registry.sessions.events import TOOL_ANSWER_FIELDS, validated_events
 from registry.sessions.models import Session, SessionEvent
@@ -165,10 +165,8 @@ def act(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str, nam
 
 def _operated(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> Session:  # type: ignore[type-arg]
     """The session, when the user may see it on its page and act on it as an operator of its workspace."""
-    session = model_admin.get_object(request, unquote(object_id))
-    if session is None:
-        raise Http404
-    if not (model_admin.has_view_permission(request, session) and can_act(request.user, session)):
+    session: Session = viewable(model_admin, request, unquote(object_id))
+    if not can_act(request.user, session):
         raise PermissionDenied
     return session
 
@@ -184,11 +182,6 @@ def action_urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:  # type: ign
 
 
 # -- what the page shows -------------------------------------------------------------------------------
-def pretty(value: Any) -> str:
-    """JSON as staff read it: indented, keys sorted, any script as itself."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-
-
 def _pending(call: SessionEvent) -> dict[str, Any]:
     return {
         "id": call.id,

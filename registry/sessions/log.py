@@ -28,6 +28,10 @@ from registry.core.errors import invalid_request, not_found
 from registry.sessions import notify
 from registry.sessions.models import Session, SessionEvent
 
+# What the model thought, kept on `agent.thinking` for the admin's transcript: {"type": "thinking", "text": …}, or
+# {"type": "redacted_thinking"} when the provider returned it encrypted. The API never renders it.
+THINKING_FIELD = "_thinking"
+
 Status = Session.Status
 SESSIONS = Session._meta.db_table
 EVENTS = SessionEvent._meta.db_table

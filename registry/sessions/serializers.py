@@ -19,6 +19,7 @@ from registry.core.serialization import (
 )
 from registry.core.tracing import TRACEPARENT_FIELD
 from registry.sessions.events import ENVELOPE_FIELDS, INITIAL_EVENT_SERIALIZERS, NATIVE_BETA_FIELD
+from registry.sessions.log import THINKING_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.sessions.selectors import duration_seconds, public_resource
 
@@ -242,6 +243,7 @@ class EventSerializer(ResponseSerializer):
         body = {"id": event.id, "type": event.type, **event.body, "processed_at": timestamp(event.processed_at)}
         body.pop(NATIVE_BETA_FIELD, None)
         body.pop(TRACEPARENT_FIELD, None)
+        body.pop(THINKING_FIELD, None)
         if native:
             body["seq"] = event.seq
             body.setdefault("subpath", None)

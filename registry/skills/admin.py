@@ -1,10 +1,16 @@
-"""Django admin for skills: skills with their versions, and each version's file list (path and size only)."""
+"""Django admin for skills: skills with their versions, and each version's files (path and size, and the content
+of SKILL.md and the other text files, escaped)."""
+
+from functools import partial
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString
 
 from registry.core.admin import ReadOnlyAdmin, ReadOnlyInline
-from registry.skills import services
+from registry.core.admin_reading import ReadingStyles, text_preview
+from registry.skills import selectors, services
 from registry.skills.models import Skill, SkillFile, SkillVersion
 
 
@@ -17,7 +23,7 @@ class SkillVersionInline(ReadOnlyInline):
 
 
 class SkillFileInline(ReadOnlyInline):
-    """A version's files: path and size, never the content."""
+    """A version's files: path and size (the page shows their content)."""
 
     model = SkillFile
     fields = ("path", "size_bytes")
@@ -37,15 +43,28 @@ class SkillAdmin(ReadOnlyAdmin):
 
 
 @admin.register(SkillVersion)
-class SkillVersionAdmin(ReadOnlyAdmin):
-    """One version and its file list, read-only; a deletion goes through the API's service (which keeps a
-    skill's last version, and removes the bundle's bytes)."""
+class SkillVersionAdmin(ReadingStyles, ReadOnlyAdmin):
+    """One version, its file list and its text files' contents, read-only; a deletion goes through the API's
+    service (which keeps a skill's last version, and removes the bundle's bytes)."""
 
     workspace_path = "skill__workspace"
     list_display = ("version", "skill", "name", "created_at")
     search_fields = ("skill__id", "name", "version")
-    readonly_fields = ("skill", "version", "name", "description", "created_at")
+    fields = ("skill", "version", "name", "description", "created_at", "contents")
+    readonly_fields = fields
     inlines = [SkillFileInline]
+
+    @admin.display(description="contents")
+    def contents(self, version: SkillVersion) -> SafeString:
+        files = [
+            {
+                "path": file.path,
+                "size_bytes": file.size_bytes,
+                "preview": text_preview(partial(selectors.skill_file_content, file), file.size_bytes),
+            }
+            for file in selectors.skill_files_in_reading_order(version)
+        ]
+        return render_to_string("admin/reading/skill_files.html", {"files": files})
 
     def delete_model(self, request: HttpRequest, obj: SkillVersion) -> None:
         services.skill_version_delete(version=obj)

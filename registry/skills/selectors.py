@@ -1,4 +1,4 @@
-"""Reads for skills: version lookups, the zip of a version, and agents' references."""
+"""Reads for skills: version lookups, the zip of a version, one file's bytes, and agents' references."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 
 from registry.core.errors import invalid_request, not_found
 from registry.core.storage import upload_storage
-from registry.skills.models import Skill, SkillVersion
+from registry.skills.models import Skill, SkillFile, SkillVersion
 
 LATEST = "latest"
 
@@ -45,6 +45,17 @@ def skill_version_archive(*, version: SkillVersion) -> IO[bytes]:
                 shutil.copyfileobj(source, target)
     archive.seek(0)
     return archive  # type: ignore[return-value]
+
+
+def skill_file_content(file: SkillFile) -> IO[bytes]:
+    """One file of a version's bundle, opened from the storage."""
+    stream: IO[bytes] = upload_storage().open(file.storage_name, "rb")
+    return stream
+
+
+def skill_files_in_reading_order(version: SkillVersion) -> list[SkillFile]:
+    """The version's files, SKILL.md first, then by path."""
+    return sorted(version.files.all(), key=lambda file: (file.path != "SKILL.md", file.path))
 
 
 def check_agent_skills(*, workspace_id: str, skills: Iterable[dict[str, Any]]) -> None:

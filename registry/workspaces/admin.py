@@ -1,15 +1,20 @@
 """Django admin for workspace staff: workspaces (with links to their resources and, for superusers, their
-staff members), API keys (issued through the service, the plaintext shown once; revoked by a confirmed
-action, never brought back), OIDC memberships and staff memberships (superusers write both)."""
+staff members), API keys (issued through the service, the plaintext shown once; when each was last used;
+revoked by a confirmed action, never brought back), OIDC memberships and staff memberships (superusers write
+both); Django's users and groups, for superusers only."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
 from django.http import HttpRequest, HttpResponse
+from django.utils.formats import date_format
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
 
 from registry.core.admin import ReadOnlyInline, StaffScopedAdmin, adopt, changelist_link, is_superuser
 from registry.workspaces import services
@@ -28,6 +33,17 @@ def show_new_key(request: HttpRequest, issued: services.IssuedKey) -> None:
     messages.warning(request, f"New API key (copy it now, it is not shown again): {issued.plaintext}")
 
 
+class KeyLastUse:
+    """The `last_use` column of a page of API keys."""
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_use(self, api_key: ApiKey) -> str:
+        """When the key last authenticated a request (kept to the minute: `services.api_key_mark_used`)."""
+        if api_key.last_used_at is None:
+            return "never"
+        return f"{date_format(localtime(api_key.last_used_at), 'DATETIME_FORMAT')} (to the minute)"
+
+
 class SuperusersWrite(StaffScopedAdmin):
     """A page whose rows only superusers add and delete; nobody changes them (delete and add again)."""
 
@@ -41,9 +57,9 @@ class SuperusersWrite(StaffScopedAdmin):
         return is_superuser(request)
 
 
-class ApiKeyInline(ReadOnlyInline):
+class ApiKeyInline(KeyLastUse, ReadOnlyInline):
     model = ApiKey
-    fields = ("name", "display_prefix", "created_at", "last_used_at", "revoked_at")
+    fields = ("name", "display_prefix", "created_at", "last_use", "revoked_at")
 
 
 class StaffMembershipInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -104,15 +120,15 @@ class WorkspaceAdmin(SuperusersWrite):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(StaffScopedAdmin):
+class ApiKeyAdmin(KeyLastUse, StaffScopedAdmin):
     """Keys are issued here through the service (the plaintext appears once, in a message) and revoked by a
     confirmed action; nothing else about a key changes, and a revoked key stays revoked."""
 
-    list_display = ("display_prefix", "name", "workspace", "created_at", "last_used_at", "revoked_at")
+    list_display = ("display_prefix", "name", "workspace", "created_at", "last_use", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("display_prefix", "name")
-    fields = ("workspace", "name", "display_prefix", "is_org_admin", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("display_prefix", "is_org_admin", "created_at", "last_used_at", "revoked_at")
+    fields = ("workspace", "name", "display_prefix", "is_org_admin", "created_at", "last_use", "revoked_at")
+    readonly_fields = ("display_prefix", "is_org_admin", "created_at", "last_use", "revoked_at")
     actions = ["revoke"]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -165,3 +181,36 @@ class StaffMembershipAdmin(StaffScopedAdmin):
     list_filter = ("role",)
     list_select_related = ("user", "workspace")
     search_fields = ("user__username", "workspace__id", "workspace__name")
+
+
+class SuperusersOnly:
+    """Pages only superusers reach, whatever Django permissions a staff user holds: users and groups (a staff
+    user allowed to change users could otherwise make anyone, themselves included, a superuser)."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return is_superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+
+class SuperuserUserAdmin(SuperusersOnly, UserAdmin):  # type: ignore[misc]
+    """Django's user pages, for superusers only."""
+
+
+class SuperuserGroupAdmin(SuperusersOnly, GroupAdmin):  # type: ignore[misc]
+    """Django's group pages, for superusers only."""
+
+
+for model, model_admin in ((User, SuperuserUserAdmin), (Group, SuperuserGroupAdmin)):
+    admin.site.unregister(model)
+    admin.site.register(model, model_admin)

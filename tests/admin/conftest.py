@@ -1,10 +1,12 @@
 """Fixtures of the admin console tests: a staff user and the test client logged in as it, a session with one
-finished turn in its log, Chromium driven by Selenium for the browser tests, and for those that run turns the
-runtime tests' processes (the scripted model, the shop MCP server, daphne; tests/support/runtime/fixtures.py)."""
+finished turn in its log, the default storage in a test directory, Chromium driven by Selenium for the browser
+tests, and for those that run turns the runtime tests' processes (the scripted model, the shop MCP server,
+daphne; tests/support/runtime/fixtures.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -28,6 +30,15 @@ def staff(db: None) -> User:
 def console(client: Client, staff: User) -> Client:
     client.login(username="staff", password=STAFF_PASSWORD)
     return client
+
+
+@pytest.fixture
+def uploads(settings, tmp_path: Path) -> None:
+    """The default storage (files, skill bundles) in a test directory."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": tmp_path}},
+    }
 
 
 @pytest.fixture

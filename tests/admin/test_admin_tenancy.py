@@ -6,10 +6,9 @@ filter on every list; staff without a membership see nothing; the gateway's conf
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.contrib import admin
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from registry.agents.models import Agent
@@ -49,14 +48,6 @@ AUTOCOMPLETES = (
     ("skills", "skillversion", "skill"),
     ("triggers", "trigger", "agent"),
 )
-
-
-@pytest.fixture
-def uploads(settings, tmp_path: Path) -> None:
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": tmp_path}},
-    }
 
 
 @pytest.fixture
@@ -242,3 +233,18 @@ def test_members_are_managed_by_superusers(member, tenant):
     root = staff_client("root", superuser=True)
     page(root, "/admin/workspaces/staffmembership/")
     assert "staff_memberships" in page(root, on("/admin/workspaces/workspace/", tenant.workspace.pk))
+
+
+def test_users_and_groups_are_for_superusers_only_whatever_permissions_staff_hold(member, db):
+    """A staff user allowed to change users could make anyone a superuser: these pages ignore such grants."""
+    granted = User.objects.get(username="alice")
+    granted.user_permissions.set(Permission.objects.filter(content_type__app_label="auth"))
+    for path in ("/admin/auth/user/", "/admin/auth/group/", f"/admin/auth/user/{granted.pk}/change/"):
+        assert member.get(path).status_code == 403, path
+    posted = member.post(f"/admin/auth/user/{granted.pk}/change/", {"username": "alice", "is_superuser": "on"})
+    assert posted.status_code == 403
+    granted.refresh_from_db()
+    assert not granted.is_superuser
+    assert "/admin/auth/" not in page(member, "/admin/")
+    root = staff_client("root", superuser=True)
+    page(root, "/admin/auth/user/")

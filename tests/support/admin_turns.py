@@ -13,6 +13,7 @@ from tests.support.tenants import Tenant
 STAFF_PASSWORD = "console-pw"
 QUESTION = "Which files are in /srv?"
 ANSWER = "There is one file: notes.txt."
+THINKING = "Listing /srv answers it."
 REPOSITORY_TOKEN = "ghp_ADMIN_CANARY_TOKEN"
 VAULT_TOKEN = "vault-ADMIN-CANARY-secret"
 
@@ -40,7 +41,7 @@ def write_finished_turn(session_id: str) -> None:
     log.acknowledge(session_id=session_id, event_ids=[message.id])
     log.transition(session_id=session_id, status="running")
     start = emit(session_id, "span.model_request_start")
-    emit(session_id, "agent.thinking")
+    emit(session_id, "agent.thinking", **{log.THINKING_FIELD: {"type": "thinking", "text": THINKING}})
     call = emit(session_id, "agent.tool_use", name="bash", input={"command": "ls /srv"}, evaluated_permission="allow")
     emit(session_id, "agent.tool_result", tool_use_id=call, content=[{"type": "text", "text": "notes.txt"}])
     error = {"type": "model_overloaded_error", "message": "The model is busy.", "retry_status": {"type": "retrying"}}

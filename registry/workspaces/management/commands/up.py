@@ -7,8 +7,12 @@ Every port it binds moves with a flag or a variable: the registry (`--port`, `RE
 the gateway's data and admin planes (`--gateway-port`, `GATEWAY_PORT`, 8080; `--gateway-admin-port`,
 `GATEWAY_ADMIN_PORT`, 9099) and the health servers of runsessions and runtriggers
 (`--sessions-health-port`, `--triggers-health-port`: 9100 and 9101; 0 = a free port, `off` = none). The
-gateway's config is `--gateway-config` (`GATEWAY_CONFIG`, default `examples/gateway/demo.yaml`). The
 runtime's model calls follow the gateway's port unless `REGISTRY_MODEL_BASE_URL` says otherwise.
+
+The gateway serves the config stored in the database (`rungateway --database`), so edits in the admin take
+effect: on first start `examples/gateway/demo.yaml` is imported into the empty store, and every start moves the
+stored listeners to the gateway's ports (`gateway seed`). `--gateway-config FILE` (`GATEWAY_CONFIG`) serves a
+file instead; the registry is then told (GATEWAY_SERVES_FILE), and the admin's gateway pages say so.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from registry.workspaces import services
 from registry.workspaces.models import Workspace
 
 DEMO_WORKSPACE = "demo"
+SERVED_FILE_VARIABLE = "GATEWAY_SERVES_FILE"  # read by the admin's gateway config pages
 
 
 class Command(BaseCommand):
@@ -40,8 +45,8 @@ class Command(BaseCommand):
         parser.add_argument("--gateway-admin-port", type=int, default=int(os.environ.get("GATEWAY_ADMIN_PORT") or 9099))
         parser.add_argument(
             "--gateway-config",
-            default=os.environ.get("GATEWAY_CONFIG") or str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml"),
-            help="the gateway's YAML config (default: examples/gateway/demo.yaml)",
+            default=os.environ.get("GATEWAY_CONFIG") or None,
+            help="serve this YAML config file (default: the database config, seeded from examples/gateway/demo.yaml)",
         )
         parser.add_argument("--sessions-health-port", default="9100", help="a port, 0 (a free one) or off")
         parser.add_argument("--triggers-health-port", default="9101", help="a port, 0 (a free one) or off")
@@ -55,6 +60,7 @@ class Command(BaseCommand):
         os.environ.setdefault("VAULT__DEMO__VENDOR_B", "placeholder-set-VAULT__DEMO__VENDOR_B")
         os.environ.setdefault("REGISTRY_MODEL_BASE_URL", f"http://127.0.0.1:{options['gateway_port']}")
         self.stdout.write(f"Gateway: http://127.0.0.1:{options['gateway_port']}")
+        self.prepare_gateway_config(options)
         if self.embedded_runtime():
             os.environ["REGISTRY_RUNTIME_EMBEDDED"] = "1"
             self.stdout.write("Session runtime: embedded in the registry process (SQLite, in-memory channel layer)")
@@ -73,6 +79,39 @@ class Command(BaseCommand):
         self.stdout.write(f"Created demo workspace {workspace.id}")
         self.stdout.write(f"Demo API key (shown once, send it as x-api-key): {issued.plaintext}")
 
+    def prepare_gateway_config(self, options: dict[str, Any]) -> None:
+        """Seed the database config (demo.yaml into an empty store, the listeners moved to the gateway's
+        ports), or, with a file, tell the registry's admin which file the gateway serves."""
+        if options["gateway_config"]:
+            os.environ[SERVED_FILE_VARIABLE] = os.path.abspath(options["gateway_config"])
+            self.stdout.write(
+                f"Gateway config: the file {os.environ[SERVED_FILE_VARIABLE]} (admin edits do not reach it)"
+            )
+            return
+        os.environ.pop(SERVED_FILE_VARIABLE, None)
+        if "rungateway" not in get_commands():
+            return
+        call_command(
+            "gateway",
+            "seed",
+            str(settings.BASE_DIR / "examples" / "gateway" / "demo.yaml"),
+            f"--listen=127.0.0.1:{options['gateway_port']}",
+            f"--admin-listen=127.0.0.1:{options['gateway_admin_port']}",
+            stdout=self.stdout,
+        )
+        self.stdout.write("Gateway config: the database (edit it in the admin; seeded from examples/gateway/demo.yaml)")
+
+    def gateway_arguments(self, options: dict[str, Any]) -> list[str]:
+        """How `rungateway` is started: from the file given, or from the database (which names its listeners)."""
+        if not options["gateway_config"]:
+            return ["--database"]
+        return [
+            "--config",
+            options["gateway_config"],
+            f"--listen=127.0.0.1:{options['gateway_port']}",
+            f"--admin-listen=127.0.0.1:{options['gateway_admin_port']}",
+        ]
+
     @staticmethod
     def embedded_runtime() -> bool:
         """On the embedded default (SQLite, no Redis) the runtime runs inside daphne, so deltas reach streams."""
@@ -84,12 +123,7 @@ class Command(BaseCommand):
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         daphne = [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"])]
         commands = [([*daphne, "settings.asgi:application"], dict(os.environ))]
-        gateway = [
-            "--config",
-            options["gateway_config"],
-            f"--listen=127.0.0.1:{options['gateway_port']}",
-            f"--admin-listen=127.0.0.1:{options['gateway_admin_port']}",
-        ]
+        gateway = self.gateway_arguments(options)
         others: tuple[tuple[str, list[str], dict[str, str]], ...] = (
             ("runsessions", [], {"REGISTRY_HEALTH_PORT": options["sessions_health_port"]}),
             ("runtriggers", [], {"REGISTRY_HEALTH_PORT": options["triggers_health_port"]}),
