@@ -76,11 +76,17 @@ def emit(session_id: str, count: int, kind: str = "agent.message") -> None:
         log.emit(session_id=session_id, type=kind, body={"content": TEXT})
 
 
-def read_until_terminated(url: str, headers: dict, params: dict | None = None) -> tuple[httpx.Response, str]:
+def read_until_terminated(
+    url: str, headers: dict, params: dict | None = None, *, on_ping: Callable[[], object] | None = None
+) -> tuple[httpx.Response, str]:
+    """Read the stream to its terminal event; `on_ping` runs (once) when the first keepalive comment arrived."""
     with httpx.Client(timeout=30) as client, client.stream("GET", url, headers=headers, params=params) as response:
         text = ""
         for chunk in response.iter_text():
             text += chunk
+            if on_ping is not None and ": ping" in text:
+                on_ping()
+                on_ping = None
             if "session.status_terminated" in text and text.endswith("\n\n"):
                 break
         return response, text
@@ -92,8 +98,13 @@ def test_cursor_rules_headers_and_end(setup):
     with live_registry(**FAST) as url:
         stream_url = f"{url}/v1/sessions/{session_id}/events/stream"
         headers = {"x-api-key": tenant.api_key, "accept": "application/json"}
-        later(1.0, lambda: emit_then_terminate(session_id, "agent.message"))
-        response, text = read_until_terminated(stream_url, {**headers, "Last-Event-ID": "2"}, {"from_cursor": "1"})
+        # The live events come once the stream has idled long enough for a keepalive, whatever the machine's load.
+        response, text = read_until_terminated(
+            stream_url,
+            {**headers, "Last-Event-ID": "2"},
+            {"from_cursor": "1"},
+            on_ping=lambda: emit_then_terminate(session_id, "agent.message"),
+        )
         assert response.headers["content-type"] == "text/event-stream"
         assert response.headers["cache-control"] == "no-cache"
         assert response.headers["x-accel-buffering"] == "no"
