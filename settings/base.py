@@ -240,6 +240,8 @@ REGISTRY_MODEL_AUTH = env_str("REGISTRY_MODEL_AUTH", "jwt")
 REGISTRY_RUNTIME_TOKEN_SECONDS = env_int("REGISTRY_RUNTIME_TOKEN_SECONDS", 300)
 REGISTRY_RUNTIME_TOKEN_ISSUER = env_str("REGISTRY_RUNTIME_TOKEN_ISSUER", "agent-registry")
 REGISTRY_RUNTIME_TOKEN_AUDIENCE = env_str("REGISTRY_RUNTIME_TOKEN_AUDIENCE", "ai-gateway")
+# Self-hosted environment work: the lease a heartbeat grants when it names no `desired_ttl_seconds`.
+REGISTRY_WORK_LEASE_SECONDS = env_int("REGISTRY_WORK_LEASE_SECONDS", 60)
 # Exceptions to the runtime's ban on non-public addresses for client-supplied URLs (MCP servers, OAuth
 # token endpoints): comma-separated `host`, `host:port` or CIDR entries (tests, private deployments).
 REGISTRY_EGRESS_ALLOW = env_str("REGISTRY_EGRESS_ALLOW")

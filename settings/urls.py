@@ -29,6 +29,7 @@ urlpatterns = [
     path("v1/", include("registry.gitcreds.urls")),
     path("v1/", include("registry.files.urls")),
     path("v1/", include("registry.skills.urls")),
+    path("", include("registry.environments.keys")),  # the runtime group's environment keys (issue 26)
     path("", include("registry.extensions.urls")),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path(".well-known/jwks.json", JwksView.as_view(), name="jwks"),

@@ -30,6 +30,8 @@ PREFIXES = (
     "trg",
     "wsp",
     "req",
+    "work",
+    "envkey",
 )
 
 

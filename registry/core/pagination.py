@@ -77,15 +77,20 @@ class KeysetPagination:
     """Paginate a queryset on `keys` (unique together), in `order`, with opaque cursors."""
 
     def __init__(
-        self, keys: Sequence[str] = ("created_at", "id"), default_order: str = "desc", with_prev_page: bool = False
+        self,
+        keys: Sequence[str] = ("created_at", "id"),
+        default_order: str = "desc",
+        with_prev_page: bool = False,
+        max_limit: int = MAX_LIMIT,
     ) -> None:
         self.keys = tuple(keys)
         self.default_order = default_order
         self.with_prev_page = with_prev_page
+        self.max_limit = max_limit
 
     def paginate(self, queryset: QuerySet[Any], request: Request) -> tuple[list[Any], dict[str, str | None]]:
         params = request.query_params
-        limit = parse_limit(params.get("limit"))
+        limit = parse_limit(params.get("limit"), maximum=self.max_limit)
         descending = parse_order(params.get("order"), self.default_order) == "desc"
         direction, cursor_values = "next", None
         if params.get("page"):

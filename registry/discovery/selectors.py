@@ -15,7 +15,10 @@ GROUP_RESOURCES: dict[str, list[dict[str, Any]]] = {
         {"name": "guardrailtypes", "kind": "GuardrailType", "verbs": ["get", "list"]},
     ],
     "pricing": [{"name": "modelprices", "kind": "ModelPrice", "verbs": ["get", "list"]}],
-    "runtime": [{"name": "harnesses", "kind": "Harness", "verbs": ["get", "list"]}],
+    "runtime": [
+        {"name": "harnesses", "kind": "Harness", "verbs": ["get", "list"]},
+        {"name": "environments/keys", "kind": "EnvironmentKey", "verbs": ["create", "get", "list", "revoke"]},
+    ],
 }
 # The hosted-cloud group is never served by a self-hosted deployment.
 NEVER_SERVED = {"cloud"}

@@ -1,14 +1,20 @@
 """Django admin for environments, each linked to the sessions that run in it. Adds and changes go through the
 API's serializer and services (a config or scope the API refuses is refused here); archive and delete too."""
 
-from django.contrib import admin
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
-from registry.core.admin import ArchivableAdmin, ServiceWriteAdmin, changelist_link
+from registry.core.admin import ArchivableAdmin, ServiceWriteAdmin, StaffScopedAdmin, adopt, changelist_link
 from registry.core.views import WriteServices
 from registry.environments import services
 from registry.environments.models import Environment
 from registry.environments.serializers import EnvironmentWriteSerializer
+from registry.workspaces import scoped_credentials
+from registry.workspaces.models import EnvironmentKey
 
 
 @admin.register(Environment)
@@ -38,4 +44,90 @@ class EnvironmentAdmin(ServiceWriteAdmin, ArchivableAdmin):
     def sessions(self, environment: Environment) -> SafeString:
         return changelist_link(
             "agent_sessions.Session", f"{environment.sessions.count()} sessions", environment=environment.pk
+        )
+
+
+class EnvironmentKeyForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The add form: which self_hosted environment the key is for (the workspace follows from it)."""
+
+    environment = forms.ModelChoiceField(queryset=Environment.objects.none(), help_text="A self_hosted environment.")
+
+    class Meta:
+        model = EnvironmentKey
+        fields = ("name",)
+
+
+@admin.register(EnvironmentKey)
+class EnvironmentKeyAdmin(StaffScopedAdmin):
+    """Keys of self_hosted environments (issue 26): minted here through the service (the plaintext appears
+    once, in a message; the row keeps its digest) and revoked by a confirmed action (refused on its next
+    use); nothing else about a key changes, and a revoked key stays revoked."""
+
+    list_display = (
+        "id",
+        "display_prefix",
+        "name",
+        "environment_id",
+        "workspace",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("revoked_at",)
+    list_select_related = ("workspace",)
+    search_fields = ("id", "display_prefix", "name", "environment_id")
+    fields = (
+        "id",
+        "workspace",
+        "environment_id",
+        "name",
+        "display_prefix",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("environment", "name") if obj is None else self.fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.readonly_fields
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        if obj is not None:
+            return super().get_form(request, obj, change=change, **kwargs)
+        kwargs.update(form=EnvironmentKeyForm, fields=("name",))
+        form = super().get_form(request, obj, change=change, **kwargs)
+        environments = self.choices(request, Environment).filter(config__type="self_hosted", archived_at__isnull=True)
+        field = form.base_fields["environment"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = environments.order_by("name")
+        return form
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: the row stays as the record of the key
+
+    def has_revoke_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.permits(request, "change", obj)
+
+    def save_model(self, request: HttpRequest, obj: EnvironmentKey, form: Any, change: bool) -> None:
+        environment = form.cleaned_data["environment"]
+        issued = services.environment_key_mint(environment=environment, name=obj.name)
+        adopt(obj, issued.environment_key)
+        messages.warning(request, f"New environment key (copy it now, it is not shown again): {issued.plaintext}")
+
+    @admin.action(description="Revoke selected environment keys", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return self.confirmed(
+            request,
+            queryset,
+            action="revoke",
+            verb="Revoke",
+            done="Revoked",
+            perform=lambda key: scoped_credentials.environment_key_revoke(environment_key=key),
         )

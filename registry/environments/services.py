@@ -10,6 +10,7 @@ from rest_framework import serializers
 from registry.core.services import apply_updates
 from registry.environments.models import Environment
 from registry.environments.serializers import PACKAGE_MANAGERS
+from registry.workspaces import scoped_credentials
 from registry.workspaces.models import Workspace
 
 DEFAULT_NETWORKING = {"type": "unrestricted"}
@@ -81,3 +82,24 @@ def environment_update(*, environment: Environment, values: dict[str, Any]) -> E
         locked.scope = values["scope"]
     locked.save()
     return locked
+
+
+# -- environment keys (issue 26): minted by staff for a self_hosted environment ---------------------------------
+
+
+def is_self_hosted(environment: Environment) -> bool:
+    return (environment.config or {}).get("type") == "self_hosted"
+
+
+def environment_key_mint(*, environment: Environment, name: str = "") -> scoped_credentials.IssuedEnvironmentKey:
+    """A new key for `environment`, which must be a live self_hosted environment; the plaintext is in the
+    result only (shown once), the row keeps its digest."""
+    if not is_self_hosted(environment):
+        raise serializers.ValidationError(
+            {"environment_id": f"Environment {environment.pk} is not self_hosted: only those have environment keys."}
+        )
+    if environment.archived_at is not None:
+        raise serializers.ValidationError({"environment_id": f"Environment {environment.pk} is archived."})
+    return scoped_credentials.environment_key_issue(
+        workspace=environment.workspace, environment_id=str(environment.pk), name=name
+    )

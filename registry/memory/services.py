@@ -48,6 +48,8 @@ def actor_of(caller: Caller) -> dict[str, str]:
     """Who made a change, as the reference client's actor objects."""
     if caller.credential_kind == "api_key":
         return {"type": "api_actor", "api_key_id": caller.subject}
+    if caller.credential_kind == "work_secret" and caller.session_id:
+        return {"type": "session_actor", "session_id": caller.session_id}
     return {"type": "user_actor", "user_id": caller.subject}
 
 

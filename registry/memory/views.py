@@ -6,10 +6,11 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from registry.core.callers import WORK_SECRET
 from registry.core.errors import flatten_validation_detail, invalid_request
 from registry.core.fields import validated
 from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_schema
@@ -27,6 +28,7 @@ from registry.memory.serializers import (
     MemoryVersionSerializer,
     validate_path,
 )
+from registry.workspaces.scoped_credentials import session_grants
 
 VIEW = OpenApiParameter("view", OpenApiTypes.STR, enum=["basic", "full"])
 PATH_PREFIX = OpenApiParameter("path_prefix", OpenApiTypes.STR)
@@ -64,9 +66,23 @@ class StoreContentsViewSet(WorkspaceViewSet):
 
 
 class MemoryViewSet(StoreContentsViewSet):
-    """Memories: create, list (path_prefix, depth, view), retrieve, update (precondition), delete."""
+    """Memories: create, list (path_prefix, depth, view), retrieve, update (precondition), delete.
+
+    A work item's secret reaches the memory stores attached to its session, as the reference client's
+    worker does: it reads them, and writes those attached `read_write`."""
 
     operation_name = "memory"
+    accepts_scoped_credentials = (WORK_SECRET,)
+
+    def get_object(self) -> MemoryStore:
+        if self.principal.is_scoped:
+            access = session_grants(self.principal).memory_stores.get(self.kwargs["id"])
+            if access is None:
+                raise exceptions.PermissionDenied("This credential may reach only its session's memory stores.")
+            if access != "read_write" and self.action not in ("list", "retrieve"):
+                raise exceptions.PermissionDenied("This memory store is attached to the session read-only.")
+        store: MemoryStore = super().get_object()
+        return store
 
     def memory(self) -> Memory:
         return selectors.memory_get(store=self.store(), memory_id=self.kwargs["memory_id"])

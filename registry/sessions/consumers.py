@@ -22,7 +22,7 @@ from django.http import HttpRequest
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.views import APIView
 
-from registry.core.callers import Caller
+from registry.core.callers import Caller, scoped_access
 from registry.core.errors import ErrorType, error_body
 from registry.core.ids import new_id
 from registry.sessions import notify, selectors
@@ -205,7 +205,17 @@ async def authenticate(headers: dict[str, str]) -> Caller:
 
 
 def find_session(principal: Caller, session_id: str) -> Session:
-    session = Session.objects.filter(workspace_id=principal.workspace_id, pk=session_id).only("id", "last_seq").first()
+    session = (
+        Session.objects.filter(workspace_id=principal.workspace_id, pk=session_id)
+        .only("id", "last_seq", "environment_id")
+        .first()
+    )
+    # An environment key streams its environment's sessions, a work secret its own session (issue 26); a
+    # scoped caller learns nothing of other sessions: unknown and foreign are both 403.
+    if principal.is_scoped and (
+        session is None or not scoped_access(principal, environment_id=session.environment_id, session_id=session.id)
+    ):
+        raise StreamRefused(403, ErrorType.PERMISSION, "This credential is not allowed to act on this session.")
     if session is None:
         raise StreamRefused(404, ErrorType.NOT_FOUND, f"Session {session_id} not found.")
     return session

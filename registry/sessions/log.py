@@ -25,8 +25,9 @@ from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from registry.core.errors import invalid_request, not_found
-from registry.sessions import notify
-from registry.sessions.models import Session, SessionEvent
+from registry.core.ids import new_id
+from registry.sessions import notify, work
+from registry.sessions.models import Session, SessionEvent, WorkItem
 
 # What the model thought, kept on `agent.thinking` for the admin's transcript: {"type": "thinking", "text": …}, or
 # {"type": "redacted_thinking"} when the provider returned it encrypted. The API never renders it.
@@ -35,6 +36,7 @@ THINKING_FIELD = "_thinking"
 Status = Session.Status
 SESSIONS = Session._meta.db_table
 EVENTS = SessionEvent._meta.db_table
+WORK = WorkItem._meta.db_table
 ZERO = Decimal(0)
 EMPTY_USAGE = {
     "input_tokens": 0,
@@ -219,14 +221,24 @@ APPEND_STATEMENT = f"""
 WITH touched AS (
     UPDATE {SESSIONS} SET has_pending_events = true, updated_at = %(now)s
     WHERE id = %(session)s AND workspace_id = COALESCE(%(workspace)s, workspace_id) AND status <> %(terminated)s
-    RETURNING id
+    RETURNING id, workspace_id, environment_id
 ), added AS (
     INSERT INTO {EVENTS} (id, session_id, type, body, created_at)
     SELECT event.id, touched.id, event.type, event.body, event.created_at
     FROM touched CROSS JOIN jsonb_to_recordset(%(events)s::jsonb)
         AS event(id text, type text, body jsonb, created_at timestamptz)
+), requeued AS (
+    INSERT INTO {WORK} (id, workspace_id, environment_id, session_ref, state, metadata, created_at, ttl_seconds)
+    SELECT %(work)s, touched.workspace_id, touched.environment_id, touched.id, 'queued', '{{}}'::jsonb, %(now)s, 0
+    FROM touched
+    WHERE (
+        SELECT item.state FROM {WORK} item WHERE item.session_ref = touched.id ORDER BY item.created_at DESC LIMIT 1
+    ) IN ('stopping', 'stopped')
+    ON CONFLICT (session_ref) WHERE state IN ('queued', 'starting', 'active') DO NOTHING
+    RETURNING environment_id
 )
-SELECT pg_notify(%(channel)s, id) FROM touched
+SELECT pg_notify(%(channel)s, id), (SELECT count(pg_notify(%(work_channel)s, environment_id)) FROM requeued)
+FROM touched
 """
 # What the checked append reads of the session: the agent snapshot and resources are large and not needed.
 CHECKED_FIELDS = ("id", "status", "workspace_id", "environment_id", "harness")
@@ -261,6 +273,7 @@ def append(
         SessionEvent.objects.bulk_create(events)
         Session.objects.filter(pk=session_id).update(has_pending_events=True, updated_at=timezone.now())
         notify.wake_runtime(session_id)
+        work.work_requeue_if_dormant(session=locked)
 
 
 def _append_in_one_statement(session_id: str, workspace_id: str | None, events: list[SessionEvent]) -> bool:
@@ -275,6 +288,8 @@ def _append_in_one_statement(session_id: str, workspace_id: str | None, events: 
         "terminated": Status.TERMINATED,
         "events": orjson.dumps(rows).decode(),
         "channel": notify.RUNTIME_CHANNEL,
+        "work": new_id("work"),
+        "work_channel": work.WORK_CHANNEL,
     }
     return _one_row(APPEND_STATEMENT, parameters) is not None
 
@@ -417,6 +432,7 @@ def transition(
         if status == Status.TERMINATED:
             fields.update(lease_owner=None, lease_expires_at=None)
             notify.wake_runtime(session_id)
+            work.work_stop_for_session(session_id=session_id)  # a self-hosted worker is told to stop
         if status == Status.IDLE:
             fields["turn_attempts"] = 0
         Session.objects.filter(pk=session_id).update(**fields)

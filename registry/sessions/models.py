@@ -75,3 +75,69 @@ class SessionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.type}"
+
+
+class WorkItem(models.Model):
+    """A session's claim on a self-hosted sandbox: the unit an environment worker polls, acks and heartbeats.
+
+    `queued` → (`ack`) `starting` → (first heartbeat) `active` → (`stop`) `stopping` → `stopped`. A polled item
+    stays `queued` with `polled_at` set (pending) until acked; a lapsed lease puts it back in the queue.
+    `session_ref` is the session's id, not a key: a deleted session's item outlives it as `stopped`.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        STARTING = "starting"
+        ACTIVE = "active"
+        STOPPING = "stopping"
+        STOPPED = "stopped"
+
+    id = public_id_field("work")
+    workspace = models.ForeignKey("workspaces.Workspace", on_delete=models.CASCADE, related_name="+")
+    environment = models.ForeignKey("environments.Environment", on_delete=models.CASCADE, related_name="+")
+    session_ref = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    # Handed to a poller and not acked yet: "pending"; another poll may reclaim it after `reclaim_older_than_ms`.
+    polled_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.CharField(max_length=256, null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    latest_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    ttl_seconds = models.PositiveIntegerField(default=0)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["environment", "state", "created_at"], name="work_queue_idx"),
+            models.Index(fields=["environment", "created_at", "id"], name="work_list_idx"),
+            models.Index(fields=["session_ref", "created_at"], name="work_session_idx"),
+        ]
+        constraints = [
+            # One live item per session: a second append racing to requeue it does nothing.
+            models.UniqueConstraint(
+                fields=["session_ref"],
+                condition=models.Q(state__in=["queued", "starting", "active"]),
+                name="work_one_live_per_session",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class WorkPoller(models.Model):
+    """The last poll of one worker (`anthropic-worker-id`) on one environment: `workers_polling` of the stats."""
+
+    environment = models.ForeignKey("environments.Environment", on_delete=models.CASCADE, related_name="+")
+    worker_id = models.CharField(max_length=256)
+    polled_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["environment", "worker_id"], name="work_poller_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.worker_id}@{self.environment_id}"

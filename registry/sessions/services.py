@@ -22,7 +22,7 @@ from registry.core.selectors import require_live
 from registry.core.services import apply_updates
 from registry.environments.selectors import usable_environment
 from registry.extensions.selectors import list_price
-from registry.sessions import log, notify, resources, selectors
+from registry.sessions import log, notify, resources, selectors, work
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.vaults.models import Vault
@@ -70,6 +70,8 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
         usage=log.EMPTY_USAGE,
         budget=values.get("budget"),
     )
+    if work.needs_work(environment):  # a self-hosted sandbox runs it: queued in this transaction
+        work.work_queue(session=session)
     initial_events = values.get("initial_events") or []
     if initial_events:
         events_append(session=session, events=initial_events)
@@ -116,6 +118,7 @@ def session_archive(*, session: Session) -> Session:
 
 @transaction.atomic
 def session_delete(*, session: Session) -> None:
+    work.work_stop_for_session(session_id=session.pk)
     Session.objects.filter(pk=session.pk).delete()
     notify.wake_after_commit(session.pk)
     notify.wake_runtime(session.pk)

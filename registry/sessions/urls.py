@@ -4,6 +4,9 @@ from django.urls import path
 
 from registry.core.routing import resource_urls
 from registry.sessions.views import SessionEventViewSet, SessionResourceViewSet, SessionViewSet
+from registry.sessions.work_views import WorkViewSet
+
+WORK = "environments/<env_id:environment_id>/work"
 
 urlpatterns = [
     *resource_urls("sessions", SessionViewSet, "sesn_id", name="session"),
@@ -23,4 +26,18 @@ urlpatterns = [
         SessionEventViewSet.as_view({"get": "list", "post": "create"}),
         name="session-events",
     ),
+    # The work queue of a self-hosted environment (its own module: it reads sessions and environments).
+    path(WORK, WorkViewSet.as_view({"get": "list"}), name="environment-work-list"),
+    path(f"{WORK}/poll", WorkViewSet.as_view({"get": "poll"}), name="environment-work-poll"),
+    path(f"{WORK}/stats", WorkViewSet.as_view({"get": "stats"}), name="environment-work-stats"),
+    path(
+        f"{WORK}/<work_id:id>",
+        WorkViewSet.as_view({"get": "retrieve", "post": "partial_update"}),
+        name="environment-work-detail",
+    ),
+    path(f"{WORK}/<work_id:id>/ack", WorkViewSet.as_view({"post": "ack"}), name="environment-work-ack"),
+    path(
+        f"{WORK}/<work_id:id>/heartbeat", WorkViewSet.as_view({"post": "heartbeat"}), name="environment-work-heartbeat"
+    ),
+    path(f"{WORK}/<work_id:id>/stop", WorkViewSet.as_view({"post": "stop"}), name="environment-work-stop"),
 ]

@@ -9,10 +9,11 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from registry.core.callers import ENVIRONMENT_KEY, WORK_SECRET, scoped_access
 from registry.core.errors import not_found
 from registry.core.fields import TaggedUnionField, validated
 from registry.core.openapi import LIST_PARAMETERS, list_schema
@@ -41,7 +42,31 @@ def is_native(request: Request) -> bool:
     return bool(request.META.get(NATIVE_HEADER, "").strip())
 
 
-class SessionViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
+# What a self-hosted environment's worker does with a session (issue 26): an environment key acts on the
+# sessions of its environment, a work secret on its own session only. Everything else refuses them.
+SCOPED_KINDS = (ENVIRONMENT_KEY, WORK_SECRET)
+EVENTS_MAX_LIMIT = 1000
+SCOPED_EVENT_TYPES = frozenset({"user.tool_result", "user.custom_tool_result"})
+
+
+class ScopedSessionMixin:
+    """Session views open to scoped credentials: the session must be the scoped caller's."""
+
+    accepts_scoped_credentials = SCOPED_KINDS
+
+    def get_object(self) -> Session:
+        caller = self.principal  # type: ignore[attr-defined]
+        if not caller.is_scoped:
+            return super().get_object()  # type: ignore[misc, no-any-return]
+        # A scoped caller learns nothing of sessions beyond its scope: unknown and foreign are both 403.
+        session = Session.objects.filter(workspace_id=caller.workspace_id, pk=self.kwargs["id"]).first()  # type: ignore[attr-defined]
+        if session is None or not scoped_access(caller, environment_id=session.environment_id, session_id=session.id):
+            raise exceptions.PermissionDenied("This credential is not allowed to act on this session.")
+        return session
+
+
+class SessionViewSet(ScopedSessionMixin, WriteMixin, DeleteMixin, WorkspaceViewSet):
+    scoped_actions = frozenset({"retrieve"})
     model = Session
     serializer_class = SessionSerializer
     filterset_class = SessionFilter
@@ -77,14 +102,15 @@ class SessionViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
         return Response(outcome)
 
 
-class SessionEventViewSet(WorkspaceViewSet):
-    """`GET` and `POST /v1/sessions/{id}/events`."""
+class SessionEventViewSet(ScopedSessionMixin, WorkspaceViewSet):
+    """`GET` and `POST /v1/sessions/{id}/events`. A scoped credential may list and send tool results."""
 
     model = Session
     resource_type = "session"
     operation_name = "session_event"
     archivable = False
-    pagination = KeysetPagination(keys=("seq",), default_order="asc", with_prev_page=True)
+    # The reference client's session tool runner reads a session's history with limit=1000.
+    pagination = KeysetPagination(keys=("seq",), default_order="asc", with_prev_page=True, max_limit=EVENTS_MAX_LIMIT)
 
     @list_schema("SessionEventList", EventSerializer, *LIST_PARAMETERS[:3], TYPES_PARAMETER, with_prev_page=True)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -101,10 +127,17 @@ class SessionEventViewSet(WorkspaceViewSet):
         responses=inline_serializer("SentEvents", {"data": AppendedEventSerializer(many=True)}),
     )
     def create(self, request: Request, id: str) -> Response:
+        if self.principal.is_scoped:
+            self.get_object()
+        events = validated_events(request.data)
+        if self.principal.is_scoped and any(event.get("type") not in SCOPED_EVENT_TYPES for event in events):
+            raise exceptions.PermissionDenied(
+                "This credential may send only user.tool_result and user.custom_tool_result events."
+            )
         created = services.events_append(
             session_id=id,
             workspace_id=self.principal.workspace_id,
-            events=validated_events(request.data),
+            events=events,
             native=is_native(request),
         )
         return Response({"data": [AppendedEventSerializer.render(event) for event in created]})

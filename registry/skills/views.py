@@ -9,11 +9,12 @@ from typing import Any
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from registry.core.callers import WORK_SECRET
 from registry.core.downloads import AnyAcceptNegotiation, attachment
 from registry.core.fields import validated
 from registry.core.openapi import LIST_PARAMETERS, list_schema
@@ -34,6 +35,7 @@ from registry.skills.serializers import (
     SkillVersionFieldsSerializer,
     SkillVersionSerializer,
 )
+from registry.workspaces.scoped_credentials import session_grants
 
 UPLOAD = {"multipart/form-data": SkillUploadSerializer}
 SOURCE_PARAMETER = OpenApiParameter("source", OpenApiTypes.STR, enum=list(SOURCES), description="Only this source.")
@@ -95,6 +97,15 @@ class SkillVersionViewSet(WorkspaceViewSet):
     content_negotiation_class = AnyAcceptNegotiation
     archivable = False
     pagination = KeysetPagination(keys=("version",))
+    # A work item's secret reads the skills of its session's agent, as the reference client's worker does.
+    accepts_scoped_credentials = (WORK_SECRET,)
+    scoped_actions = frozenset({"retrieve", "content"})
+
+    def get_object(self) -> Skill:
+        if self.principal.is_scoped and self.kwargs["id"] not in session_grants(self.principal).skill_ids:
+            raise exceptions.PermissionDenied("This credential may read only the skills of its session's agent.")
+        skill: Skill = super().get_object()
+        return skill
 
     def version(self) -> SkillVersion:
         return selectors.skill_version_get(skill=self.get_object(), version=self.kwargs["version"])

@@ -71,3 +71,46 @@ class StaffMembership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} → {self.workspace_id} ({self.role})"
+
+
+class EnvironmentKey(models.Model):
+    """A credential scoped to one `self_hosted` environment of a workspace, sent as `Authorization: Bearer`.
+
+    Only its SHA-256 digest is stored; the plaintext is shown once. The environment is named by id (the
+    environments app sits above this one); whoever mints a key checks that it is a self_hosted environment
+    of `workspace`."""
+
+    id = public_id_field("envkey")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="environment_keys")
+    environment_id = models.CharField(max_length=64, db_index=True)
+    name = models.CharField(max_length=255, blank=True, default="")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    display_prefix = models.CharField(max_length=16, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "environment key"
+
+    def __str__(self) -> str:
+        return f"{self.display_prefix}… ({self.environment_id})"
+
+
+class WorkSecret(models.Model):
+    """The sessions token of one work item's `secret`: a credential for that item's session only, valid
+    until the item stops. Only its SHA-256 digest is stored."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="work_secrets")
+    environment_id = models.CharField(max_length=64)
+    session_id = models.CharField(max_length=64)
+    work_id = models.CharField(max_length=64, db_index=True)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "work secret"
+
+    def __str__(self) -> str:
+        return f"work secret of {self.work_id} ({self.session_id})"

@@ -25,6 +25,7 @@ API_KEYS = "/admin/workspaces/apikey/"
 LISTS = (
     "/admin/workspaces/workspace/",
     API_KEYS,
+    "/admin/workspaces/environmentkey/",
     "/admin/workspaces/oidcmembership/",
     "/admin/agents/agent/",
     "/admin/agents/agentversion/",

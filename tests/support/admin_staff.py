@@ -11,6 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from registry.agents.models import AgentVersion
+from registry.environments import services as environment_services
+from registry.environments.models import Environment
 from registry.skills.models import SkillVersion
 from registry.vaults.models import VaultCredential
 from registry.workspaces import services as workspace_services
@@ -41,6 +43,13 @@ def _created(tenant: Tenant, path: str, body: dict[str, Any]) -> str:
     return str(response.json()["id"])
 
 
+def _environment_key(tenant: Tenant) -> str:
+    """A key of a self_hosted environment of the tenant's (issue 26)."""
+    environment_id = _created(tenant, "/v1/environments", {"name": "workers", "config": {"type": "self_hosted"}})
+    environment = Environment.objects.get(pk=environment_id)
+    return environment_services.environment_key_mint(environment=environment, name="worker").environment_key.pk
+
+
 def _uploaded(tenant: Tenant, path: str, parts: list[tuple[str, str | None, str | None, bytes]]) -> str:
     body, content_type = multipart(parts)
     response = tenant.client.generic("POST", path, body, content_type=content_type)  # type: ignore[arg-type]
@@ -57,14 +66,15 @@ def _trigger(tenant: Tenant, agent_id: str, environment_id: str) -> str:
 def holdings(tenant: Tenant) -> dict[str, str]:
     """One object of every kind in the tenant's workspace, made through the API (a session with a finished
     turn, its agent, environment and vault with a credential; a memory store, a git credential, a file, a skill,
-    a trigger; the workspace's key and an OIDC membership), by the admin list that shows it: {list URL: key}.
-    Uploads need the default storage pointed at a test directory."""
+    a trigger; the workspace's key, an OIDC membership, and a self_hosted environment's key), by the admin list
+    that shows it: {list URL: key}. Uploads need the default storage pointed at a test directory."""
     turn = create_finished_turn(tenant)
     skill = _uploaded(tenant, "/v1/skills", [("files[]", "pdf-tools/SKILL.md", "text/markdown", SKILL_MANIFEST)])
     subject = f"subject-of-{tenant.workspace.pk}"
     return {
         "/admin/workspaces/workspace/": tenant.workspace.pk,
         "/admin/workspaces/apikey/": str(ApiKey.objects.get(workspace=tenant.workspace).pk),
+        "/admin/workspaces/environmentkey/": _environment_key(tenant),
         "/admin/workspaces/oidcmembership/": str(
             workspace_services.membership_set(workspace=tenant.workspace, subject=subject).pk
         ),
