@@ -19,27 +19,6 @@ from registry.sessions import notify
 
 logger = logging.getLogger(__name__)
 
-CONNECTION_KEYS = (
-    "dbname",
-    "user",
-    "password",
-    "host",
-    "port",
-    "service",
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "connect_timeout",
-    "options",
-)
-
-
-def listen_parameters() -> dict[str, object]:
-    """The connection parameters of Django's database, without Django's own connection options."""
-    params = connection.get_connection_params()
-    return {key: value for key, value in params.items() if key in CONNECTION_KEYS and value not in (None, "")}
-
 
 class NotificationListener:
     """A thread on its own autocommit connection that LISTENs and calls `deliver(session_id)`.
@@ -52,7 +31,7 @@ class NotificationListener:
         self.deliver = deliver
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runtime-listen", daemon=True)
-        self.params = listen_parameters()
+        self.params = notify.listen_parameters()
 
     def start(self) -> None:
         self._thread.start()

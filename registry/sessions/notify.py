@@ -18,6 +18,29 @@ from django.db import connection, transaction
 
 logger = logging.getLogger(__name__)
 
+# Django's connection parameters a LISTEN connection takes (not Django's own options, such as its pool).
+CONNECTION_KEYS = (
+    "dbname",
+    "user",
+    "password",
+    "host",
+    "port",
+    "service",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "connect_timeout",
+    "options",
+)
+
+
+def listen_parameters() -> dict[str, object]:
+    """The connection parameters of Django's database, for a connection of its own that LISTENs."""
+    params = connection.get_connection_params()
+    return {key: value for key, value in params.items() if key in CONNECTION_KEYS and value not in (None, "")}
+
+
 RUNTIME_CHANNEL = "registry_runtime"
 # Runtime workers in this process (the embedded default), called with a session id after commit.
 _local_runtime_listeners: list[Callable[[str], None]] = []

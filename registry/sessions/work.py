@@ -25,6 +25,7 @@ from registry.core.errors import ApiError, ErrorType, conflict
 from registry.core.fields import merge_metadata
 from registry.core.serialization import timestamp
 from registry.environments.models import Environment
+from registry.sessions import notify
 from registry.sessions.models import Session, WorkItem, WorkPoller
 from registry.workspaces import scoped_credentials
 
@@ -42,21 +43,6 @@ POLLING_WINDOW = timedelta(seconds=30)
 SQLITE_RECHECK_SECONDS = 0.05
 LIVE_STATES = (State.QUEUED, State.STARTING, State.ACTIVE)
 LEASED_STATES = (State.STARTING, State.ACTIVE)
-# Django's connection parameters a LISTEN connection takes (as `registry.runtime.wakeups`, an app above this).
-CONNECTION_KEYS = (
-    "dbname",
-    "user",
-    "password",
-    "host",
-    "port",
-    "service",
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "connect_timeout",
-    "options",
-)
 
 
 def lease_seconds() -> int:
@@ -175,11 +161,6 @@ def _record_poller(environment_id: str, worker_id: str | None) -> None:
         )
 
 
-def _listen_parameters() -> dict[str, object]:
-    params = connection.get_connection_params()
-    return {key: value for key, value in params.items() if key in CONNECTION_KEYS and value not in (None, "")}
-
-
 def work_poll(
     *, environment: Environment, block_ms: int, reclaim_older_than_ms: int | None, worker_id: str | None
 ) -> WorkItem | None:
@@ -201,7 +182,7 @@ def work_poll(
             if item is not None:
                 return item
         return None
-    with psycopg.connect(**_listen_parameters(), autocommit=True) as listening:  # type: ignore[arg-type]
+    with psycopg.connect(**notify.listen_parameters(), autocommit=True) as listening:  # type: ignore[arg-type]
         listening.execute(f"LISTEN {WORK_CHANNEL}")
         while True:
             item = _claim(environment.pk, reclaim_ms, worker_id)

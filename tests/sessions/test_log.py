@@ -22,9 +22,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from registry.runtime.eventlog import VisibleLogs
-from registry.runtime.wakeups import listen_parameters
 from registry.sessions import log, notify, services
 from registry.sessions.models import Session, SessionEvent
+from registry.sessions.notify import listen_parameters
 from tests.support.tenants import Tenant
 
 TEXT = [{"type": "text", "text": "hi"}]
