@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every process of the project; its first argument picks the process
-# (scripts/entrypoint.sh): registry (default), runtime, scheduler, gateway, migrate, gateway-config.
+# (scripts/entrypoint.sh): registry (default), runtime, scheduler, gateway, migrate, gateway-config,
+# environment-worker (the optional self-hosted environment worker).
 # Build: docker build -t agent-registry .   Run: docker run agent-registry registry
 # docs/deploy.md shows it under Compose and Kubernetes.
 

@@ -7,6 +7,8 @@
 #   migrate         manage.py migrate --noinput (a one-shot: Compose service, Kubernetes Job)
 #   gateway-config  manage.py gateway import FILE, only while no gateway config is stored
 #                   (GATEWAY_CONFIG_OVERWRITE=1 replaces a stored one)
+#   environment-worker  scripts/environment_worker.py: the optional self-hosted environment worker
+#                   (no Django, no database; configured by ANTHROPIC_* and WORKER_* variables)
 #   manage          any other manage.py command;  anything else runs as given (sh, python ...)
 set -eu
 
@@ -44,6 +46,9 @@ case "$process" in
       exit 0
     fi
     exec python manage.py gateway import "$file"
+    ;;
+  environment-worker)
+    exec python scripts/environment_worker.py "$@"
     ;;
   manage)
     exec python manage.py "$@"

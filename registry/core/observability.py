@@ -168,10 +168,12 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 # -- gauges read from the database, and the exposition ------------------------------------------
 class DatabaseGauge(Collector):
-    """A gauge counted in the database when scraped; a failed read leaves it out of that scrape."""
+    """A gauge counted in the database when scraped; a failed read leaves it out of that scrape.
 
-    def __init__(self, name: str, documentation: str, read: Callable[[], float]) -> None:
-        self.name, self.documentation, self.read = name, documentation, read
+    With `labels`, `read` returns `{label values: value}`, one sample each; without, a single value."""
+
+    def __init__(self, name: str, documentation: str, read: Callable[[], Any], labels: tuple[str, ...] = ()) -> None:
+        self.name, self.documentation, self.read, self.labels = name, documentation, read, labels
 
     def collect(self) -> Iterable[Metric]:
         try:
@@ -181,7 +183,12 @@ class DatabaseGauge(Collector):
             return []
         finally:
             connection.close()  # each scrape runs in its own thread: give its connection back
-        return [GaugeMetricFamily(self.name, self.documentation, value=value)]
+        if not self.labels:
+            return [GaugeMetricFamily(self.name, self.documentation, value=value)]
+        family = GaugeMetricFamily(self.name, self.documentation, labels=list(self.labels))
+        for label_values, sample in value.items():
+            family.add_metric(list(label_values), sample)
+        return [family]
 
 
 class Exposition(Collector):

@@ -17,7 +17,7 @@ from registry.runtime.credentials import bearer_for
 from registry.runtime.observer import ToolWatch
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
-from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog
+from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog, builtin_tools_for
 from registry.runtime.transcript import INTERRUPTED_RESULT, answered_calls
 from registry.runtime.writer import TurnLog
 from registry.sessions.models import SessionEvent
@@ -51,8 +51,10 @@ class ToolDispatch:
                 route = self._mcp_route(server_name, url)
                 return self.checkpoints.wait_for(lambda: mcp_client.list_tools(route, timeout=timeout))
 
-            has_sandbox = self.sandbox.backend is not None
-            self._catalog = build_catalog(self.session.agent, list_tools, builtin=has_sandbox)
+            builtin = builtin_tools_for(
+                own_sandbox=self.sandbox.backend is not None, client_runs=self.session.client_runs_builtin
+            )
+            self._catalog = build_catalog(self.session.agent, list_tools, builtin=builtin)
             self.sandbox.report_missing()
             for server_name, failure in self._catalog.failures:
                 self.turn.error(failure.kind, failure.message, retry="exhausted", mcp_server_name=server_name)
@@ -80,12 +82,12 @@ class ToolDispatch:
             self.turn.emit("agent.mcp_tool_use", {**call, "mcp_server_name": entry.tool.server_name, **permission})
 
     def abandon_open(self, events: list[SessionEvent]) -> None:
-        """The calls the runtime answers that are still open (new input or an interrupt leaves them)
-        get the result the model is shown for them, so every call in the log has exactly one."""
+        """The built-in and MCP calls still open (new input or an interrupt leaves them) get the result the
+        model is shown for them, so every call in the log has exactly one; an environment worker's late
+        `user.tool_result` for one is refused."""
         answered = answered_calls(events)
-        runtime_calls = ("agent.mcp_tool_use",) if self.session.client_runs_builtin else RUNTIME_TOOL_USES
         for call in events:
-            if call.type in runtime_calls and call.id not in answered:
+            if call.type in RUNTIME_TOOL_USES and call.id not in answered:
                 self.turn.tool_result(call, [{"type": "text", "text": INTERRUPTED_RESULT}], is_error=True)
 
     # -- answering them --------------------------------------------------------------------------

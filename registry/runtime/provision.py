@@ -22,7 +22,7 @@ from registry.runtime import repositories
 from registry.runtime.memory_mounts import MemoryMount, SyncReport, memory_prompt
 from registry.runtime.mounts import file_mounts, files_prompt
 from registry.runtime.secrets import session_injections
-from registry.runtime.skill_mounts import SkillsUnavailable, agent_skills, skills_prompt
+from registry.runtime.skill_mounts import SkillsUnavailable, agent_skills, skills_prompt, worker_skill_listings
 from registry.sandbox.egress import NetworkPolicy
 from registry.sandbox.interface import Sandbox, SandboxBackend, SessionPlace
 from registry.sandbox.packages import PackageBuildFailed, ensure_layer
@@ -61,6 +61,14 @@ class Provisioned:
     cloned: set[str] = field(default_factory=set)  # repositories tried into the workspace (not again)
 
 
+def worker_prompt_sections(*, workspace_id: str, agent: dict[str, Any], resources: list[dict[str, Any]]) -> list[str]:
+    """The prompt's sections for a session whose environment worker runs the tools: the memory stores it
+    syncs at their mount paths and the skills it downloads into its working directory (it mounts no
+    repositories or files: sessions with those are refused)."""
+    sections = [memory_prompt(resources), skills_prompt(worker_skill_listings(workspace_id=workspace_id, agent=agent))]
+    return [section for section in sections if section]
+
+
 class Provisioner:
     def __init__(self, setup: SessionSetup, backend: SandboxBackend, report: ReportError) -> None:
         self.setup = setup
@@ -76,7 +84,7 @@ class Provisioner:
             memory_prompt(resources),
         ]
         with contextlib.suppress(SkillsUnavailable, SandboxUnavailable):  # reported when the sandbox is provisioned
-            sections.append(skills_prompt(agent_skills(**self._skill_args())))
+            sections.append(skills_prompt([skill.listing for skill in agent_skills(**self._skill_args())]))
         return [section for section in sections if section]
 
     def _skill_args(self) -> dict[str, Any]:

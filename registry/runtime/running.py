@@ -12,7 +12,7 @@ from registry.runtime.attachments import FileSources
 from registry.runtime.budget import BudgetMeter
 from registry.runtime.config import RuntimeSettings
 from registry.sandbox.egress import NetworkPolicy
-from registry.sessions import selectors
+from registry.sessions import selectors, work
 
 HARNESSES_IGNORING_INTERRUPT = ("code_harness",)
 
@@ -49,7 +49,6 @@ class RunningSession:
         session = selectors.session_to_run(session_id)
         agent: dict[str, Any] = session.agent_snapshot
         environment = session.environment.config
-        separate = session.harness.get("type") == "agent_sdk_harness" and session.harness.get("mode") == "separate"
         mcp_hosts = tuple(urlsplit(server["url"]).hostname or "" for server in agent.get("mcp_servers") or [])
         chosen_model = model_id(agent)
         return cls(
@@ -62,7 +61,7 @@ class RunningSession:
             environment_id=session.environment_id,
             environment_config=environment,
             honors_interrupts=session.harness.get("type") not in HARNESSES_IGNORING_INTERRUPT,
-            client_runs_builtin=separate and environment.get("type") == "self_hosted",
+            client_runs_builtin=work.client_runs_builtin(session.harness, environment),
             network=NetworkPolicy.from_environment(environment, mcp_hosts),
             budget=BudgetMeter.for_session(session),
             model_id=chosen_model,

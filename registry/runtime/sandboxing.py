@@ -19,7 +19,7 @@ from django.db import transaction
 
 from registry.runtime.checkpoints import Checkpoints, TurnEnded, TurnInterrupted, WorkerStopping
 from registry.runtime.lease import LeaseLost
-from registry.runtime.provision import Provisioner, SessionSetup, Unprovisioned
+from registry.runtime.provision import Provisioner, SessionSetup, Unprovisioned, worker_prompt_sections
 from registry.runtime.running import RunningSession
 from registry.runtime.tools import wants_builtin_tools
 from registry.runtime.writer import TurnLog
@@ -50,7 +50,7 @@ class SandboxUse:
         self.turn = turn
         self.checkpoints = checkpoints
         self.provisioner = self._provisioner()
-        self.prompt_sections = self.provisioner.prompt_sections(session.resources) if self.provisioner else []
+        self.prompt_sections = self._prompt_sections()
         self.used: Sandbox | None = None  # set once a turn used it: snapshot at its end
         self.in_flight: threading.Thread | None = None  # the last turn's snapshot, landing in the background
 
@@ -62,6 +62,18 @@ class SandboxUse:
         # What the provisioner knows of the session: the running session's fields of the same names.
         setup = SessionSetup(**{item.name: getattr(session, item.name) for item in dataclasses.fields(SessionSetup)})
         return Provisioner(setup, self.backend, lambda kind, message: self.turn.error(kind, message, retry="terminal"))
+
+    def _prompt_sections(self) -> list[str]:
+        """What the system prompt says of the session's resources, where the tools see them: this runtime's
+        sandbox, or the working directory and memory mounts of the client's environment worker."""
+        session = self.session
+        if self.provisioner is not None:
+            return self.provisioner.prompt_sections(session.resources)
+        if session.client_runs_builtin:
+            return worker_prompt_sections(
+                workspace_id=session.workspace_id, agent=session.agent, resources=session.resources
+            )
+        return []
 
     def provision(self) -> None:
         """At a turn's start: missing skills or a failed package build end the turn; a sandbox that cannot
@@ -150,7 +162,7 @@ class SandboxUse:
 
     def report_missing(self) -> None:
         """Once per session: the agent has built-in tools but this runtime cannot run them."""
-        if self.backend is not None or not wants_builtin_tools(self.session.agent):
+        if self.backend is not None or self.session.client_runs_builtin or not wants_builtin_tools(self.session.agent):
             return
         if not selectors.error_reported(self.session.session_id, NO_SANDBOX_ERROR):
             self.turn.error(NO_SANDBOX_ERROR, NO_SANDBOX, retry="terminal")

@@ -29,10 +29,35 @@ class SkillsUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class SkillListing:
+    """A skill as the system prompt lists it: where the agent finds its folder."""
+
+    name: str
+    description: str
+    folder: str
+
+
+@dataclass(frozen=True)
 class StagedSkill:
     name: str
     description: str
     mount: Mount
+
+    @property
+    def listing(self) -> SkillListing:
+        return SkillListing(self.name, self.description, self.mount.target)
+
+
+def worker_skill_listings(*, workspace_id: str, agent: dict[str, Any]) -> list[SkillListing]:
+    """The skills an environment worker downloads into `skills/<name>/` under its working directory (the
+    reference client's `AgentToolContext`); a skill it cannot find is left out, as the worker leaves it."""
+    listings = []
+    for reference in agent.get("skills") or []:
+        version = _version(workspace_id, reference) if reference["type"] == "custom" else None
+        if version is not None:
+            folder = os.path.basename(version.name.strip()) or version.skill_id
+            listings.append(SkillListing(version.name, version.description, f"skills/{folder}"))
+    return listings
 
 
 def agent_skills(*, workspace_id: str, agent: dict[str, Any], root: Path) -> list[StagedSkill]:
@@ -87,7 +112,7 @@ def _unpack(version: SkillVersion, root: Path) -> Path:
     return target
 
 
-def skills_prompt(skills: list[StagedSkill]) -> str | None:
+def skills_prompt(skills: list[SkillListing]) -> str | None:
     if not skills:
         return None
     lines = [
@@ -95,5 +120,5 @@ def skills_prompt(skills: list[StagedSkill]) -> str | None:
         "These skills are installed. When a task matches one, read its SKILL.md first (with your file tools) "
         "and follow it; read the skill's other files only when SKILL.md points you to them.",
     ]
-    lines += [f"- {skill.name}: {skill.description} (at {skill.mount.target}/SKILL.md)" for skill in skills]
+    lines += [f"- {skill.name}: {skill.description} (at {skill.folder}/SKILL.md)" for skill in skills]
     return "\n".join(lines)

@@ -88,12 +88,25 @@ def wants_builtin_tools(agent: dict[str, Any]) -> bool:
     return any(tool["type"] == "agent_toolset_20260401" for tool in agent.get("tools") or [])
 
 
-def _add_builtin_tools(catalog: ToolCatalog, agent: dict[str, Any]) -> None:
+# The built-in tools the reference client's environment worker runs (its `beta_agent_toolset_20260401`): a
+# session whose tools it runs is offered these (no web_fetch or web_search, which no one would answer).
+WORKER_TOOLS = ("bash", "read", "write", "edit", "glob", "grep")
+
+
+def builtin_tools_for(*, own_sandbox: bool, client_runs: bool) -> tuple[str, ...]:
+    """The built-in tools a session is offered: the worker's when the client runs them, this deployment's
+    when this runtime has a sandbox, else none."""
+    if client_runs:
+        return WORKER_TOOLS
+    return offered_tools() if own_sandbox else ()
+
+
+def _add_builtin_tools(catalog: ToolCatalog, agent: dict[str, Any], names: tuple[str, ...]) -> None:
     """The agent's built-in toolset: enabled tools default to `always_allow`."""
     for toolset in agent.get("tools") or []:
         if toolset["type"] != "agent_toolset_20260401":
             continue
-        for name in offered_tools():
+        for name in names:
             config = tool_config(toolset, name)
             if config.get("enabled") is False:
                 catalog.disabled_builtin.add(name)
@@ -102,12 +115,11 @@ def _add_builtin_tools(catalog: ToolCatalog, agent: dict[str, Any]) -> None:
             catalog.builtin[name] = BuiltinEntry(policy=policy, name=name)
 
 
-def build_catalog(agent: dict[str, Any], list_tools: ToolLister, *, builtin: bool) -> ToolCatalog:
-    """List every MCP toolset's server (one that fails is recorded, its tools left out); with `builtin`
-    (a sandbox is available) the agent's built-in toolset too."""
+def build_catalog(agent: dict[str, Any], list_tools: ToolLister, *, builtin: tuple[str, ...]) -> ToolCatalog:
+    """List every MCP toolset's server (one that fails is recorded, its tools left out), and the agent's
+    built-in toolset among the `builtin` names (`builtin_tools_for`)."""
     catalog = ToolCatalog(custom={tool["name"]: tool for tool in agent.get("tools") or [] if tool["type"] == "custom"})
-    if builtin:
-        _add_builtin_tools(catalog, agent)
+    _add_builtin_tools(catalog, agent, builtin)
     urls = {server["name"]: server["url"] for server in agent.get("mcp_servers") or []}
     for toolset in agent.get("tools") or []:
         if toolset["type"] != "mcp_toolset" or toolset["mcp_server_name"] not in urls:

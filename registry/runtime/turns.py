@@ -36,7 +36,7 @@ from registry.runtime.sandboxing import SandboxUse
 from registry.runtime.transcript import BOUNDARY_TYPES, awaits_model, latest_outcome, tool_work, turn_graded
 from registry.runtime.writer import TurnLog
 from registry.sandbox.interface import SandboxBackend
-from registry.sessions import selectors
+from registry.sessions import selectors, work
 from registry.sessions.models import Session, SessionEvent
 
 Status = Session.Status
@@ -139,6 +139,7 @@ class SessionRunner:
             if interrupts and not self.session.honors_interrupts:
                 self.checkpoints.reject(interrupts)
             elif interrupts and batch[-1].type == "user.interrupt":
+                self._release_environment_worker()
                 self.turn.set_status(Status.IDLE, {"type": "end_turn"})
                 return
             if inputs:
@@ -147,6 +148,12 @@ class SessionRunner:
             traced = (event.body.get(tracing.TRACEPARENT_FIELD) for event in reversed(inputs))
             self.turn_traceparent = next((traceparent for traceparent in traced if traceparent), None)
             self._run_turn()
+
+    def _release_environment_worker(self) -> None:
+        """An interrupt stops the work item of a session whose environment worker runs its tools (the worker
+        reads `stopping` at its next heartbeat); new input queues another."""
+        if self.session.client_runs_builtin:
+            work.work_stop_for_session(session_id=self.session_id)
 
     def _run_turn(self) -> None:
         """The turn, watched by the observer (a span continuing the starting event's trace, metrics)."""
@@ -172,6 +179,7 @@ class SessionRunner:
             with transaction.atomic():
                 self.tools.abandon_open(self.logs.read(self.session_id))
                 self.turn.acknowledge(interrupted.interrupts)
+                self._release_environment_worker()
             self.grader.interrupted()
             stop_reason, details = {"type": "end_turn"}, None
         except TurnEnded as ended:

@@ -51,7 +51,7 @@ from registry.runtime.writer import fail_turn
 from registry.sandbox.backend import make_backend
 from registry.sandbox.interface import SandboxBackend
 from registry.sandbox.spec import SandboxUnavailable
-from registry.sessions import log, notify, selectors
+from registry.sessions import log, notify, selectors, work
 from registry.sessions.models import Session
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,18 @@ QUEUE_DEPTH = DatabaseGauge(
     "registry_runtime_queue_depth",
     "Sessions with work that no worker holds, counted when scraped (the same for every worker).",
     selectors.sessions_with_work_count,
+)
+WORK_QUEUE_DEPTH = DatabaseGauge(
+    "registry_work_queue_depth",
+    "Self-hosted work items queued and never polled, per environment (its work stats' depth).",
+    work.queued_by_environment,
+    labels=("environment_id",),
+)
+WORK_ITEMS_LIVE = DatabaseGauge(
+    "registry_work_items_live",
+    "Self-hosted work items queued, starting or active, per environment: one environment worker each.",
+    work.live_by_environment,
+    labels=("environment_id",),
 )
 LEASES_HELD = Gauge("registry_runtime_leases_held", "Sessions this worker holds a lease on.")
 LEASE_LOSSES = Counter(

@@ -24,6 +24,7 @@ from registry.core.selectors import require_live
 from registry.files.selectors import check_file_resources
 from registry.gitcreds.selectors import git_credential_for_url
 from registry.memory.models import MemoryStore
+from registry.sessions import work
 from registry.sessions.models import Session
 from registry.workspaces.models import Workspace
 
@@ -44,13 +45,32 @@ def check_references(workspace: Workspace, resources: list[dict[str, Any]]) -> N
     require_live(MemoryStore, workspace=workspace, ids=store_ids, field="resources", noun="memory store")
 
 
-def build_records(workspace: Workspace, resources: list[dict[str, Any]], existing: list[dict[str, Any]]) -> list[dict]:
-    """The stored records of new resources, checked against each other and the session's others."""
+# What an environment worker (the reference client's) cannot mount: it syncs memory stores only.
+WORKER_UNMOUNTABLE = ("file", "github_repository")
+
+
+def build_records(
+    workspace: Workspace, resources: list[dict[str, Any]], existing: list[dict[str, Any]], *, on_worker: bool = False
+) -> list[dict]:
+    """The stored records of new resources, checked against each other and the session's others.
+    `on_worker`: the session's tools run in an environment worker, which mounts memory stores only."""
+    if on_worker:
+        _check_worker_mountable(resources)
     check_references(workspace, resources)
     now = timezone.now().isoformat()
     records = [_record(workspace, resource, now) for resource in resources]
     _check_mount_paths([*existing, *records])
     return records
+
+
+def _check_worker_mountable(resources: list[dict[str, Any]]) -> None:
+    for index, resource in enumerate(resources):
+        if resource["type"] in WORKER_UNMOUNTABLE:
+            raise invalid_request(
+                f"resources[{index}].type: self_hosted_resources_unsupported: a {resource['type']} resource cannot be "
+                "mounted by a self-hosted environment's worker (it syncs memory stores only); put the content "
+                "in the worker's working directory, or use a cloud environment."
+            )
 
 
 def _record(workspace: Workspace, resource: dict[str, Any], now: str) -> dict[str, Any]:
@@ -124,7 +144,8 @@ def _save(session: Session) -> None:
 @transaction.atomic
 def resource_add(*, session: Session, resource: dict[str, Any]) -> dict[str, Any]:
     locked = _locked_live(session)
-    (record,) = build_records(locked.workspace, [resource], locked.resources)
+    on_worker = work.client_runs_builtin(locked.harness, locked.environment.config)
+    (record,) = build_records(locked.workspace, [resource], locked.resources, on_worker=on_worker)
     locked.resources = [*locked.resources, record]
     _save(locked)
     return record

@@ -55,14 +55,16 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
     _check_references(workspace, values)
     if values.get("budget"):
         _check_budgetable(spec)
-    records = resources.build_records(workspace, list(values.get("resources") or []), [])
+    harness = values.get("harness") or work.default_harness(environment)
+    on_worker = work.client_runs_builtin(harness, environment.config)
+    records = resources.build_records(workspace, list(values.get("resources") or []), [], on_worker=on_worker)
     session = Session.objects.create(
         workspace=workspace,
         agent=agent,
         agent_version=version,
         agent_snapshot=spec,
         environment=environment,
-        harness=values.get("harness") or {"type": "default"},
+        harness=harness,
         title=values.get("title"),
         metadata=values.get("metadata", {}),
         vault_ids=list(values.get("vault_ids") or []),
@@ -70,7 +72,7 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
         usage=log.EMPTY_USAGE,
         budget=values.get("budget"),
     )
-    if work.needs_work(environment):  # a self-hosted sandbox runs it: queued in this transaction
+    if work.needs_work(session):  # an environment worker runs its tools: queued in this transaction
         work.work_queue(session=session)
     initial_events = values.get("initial_events") or []
     if initial_events:
@@ -130,14 +132,11 @@ def _pending_confirmations(session: Session) -> set[str]:
     return set(selectors.calls_awaiting_confirmation(session.pk).values_list("id", flat=True))
 
 
-def _open_custom_tool_uses(session: Session) -> set[str]:
-    used = set(SessionEvent.objects.filter(session=session, type="agent.custom_tool_use").values_list("id", flat=True))
-    answered = set(
-        SessionEvent.objects.filter(session=session, type="user.custom_tool_result").values_list(
-            "body__custom_tool_use_id", flat=True
-        )
-    )
-    return used - answered
+def _open_calls(session: Session, call: str, results: tuple[str, ...], answers: str) -> set[str]:
+    """The `call` events of the log that no event of `results` answers (its `answers` field names the call)."""
+    used = set(SessionEvent.objects.filter(session=session, type=call).values_list("id", flat=True))
+    answered = SessionEvent.objects.filter(session=session, type__in=results).values_list(f"body__{answers}", flat=True)
+    return used - set(answered)
 
 
 def _check_event(session: Session, index: int, event: dict[str, Any], state: dict[str, set[str]]) -> None:
@@ -153,12 +152,15 @@ def _check_event(session: Session, index: int, event: dict[str, Any], state: dic
             raise invalid_request(f"{where}.custom_tool_use_id: no unanswered agent.custom_tool_use has this id.")
         state["custom_tool_uses"].discard(event["custom_tool_use_id"])
     elif kind == "user.tool_result":
-        harness = session.harness
-        separate = harness.get("type") == "agent_sdk_harness" and harness.get("mode") == "separate"
-        if not (separate and session.environment.config.get("type") == "self_hosted"):
+        if not work.client_runs_builtin(session.harness, session.environment.config):
             raise invalid_request(
                 f"{where}: user.tool_result needs the agent_sdk_harness in separate mode on a self_hosted environment."
             )
+        if event["tool_use_id"] not in state["tool_uses"]:
+            raise invalid_request(f"{where}.tool_use_id: no unanswered agent.tool_use has this id.")
+        if event["tool_use_id"] in state["confirmations"]:  # an always_ask call runs only once allowed
+            raise invalid_request(f"{where}.tool_use_id: this call awaits a user.tool_confirmation.")
+        state["tool_uses"].discard(event["tool_use_id"])
 
 
 def _stored_body(event: dict[str, Any], native: bool) -> dict[str, Any]:
@@ -216,8 +218,20 @@ def _check_events(events: list[dict[str, Any]], locked: Session) -> None:
     """What the batch answers must be open in the locked session's log (plain messages read nothing)."""
     kinds = {event["type"] for event in events}
     state = {
-        "confirmations": _pending_confirmations(locked) if "user.tool_confirmation" in kinds else set(),
-        "custom_tool_uses": _open_custom_tool_uses(locked) if "user.custom_tool_result" in kinds else set(),
+        "confirmations": _pending_confirmations(locked)
+        if kinds & {"user.tool_confirmation", "user.tool_result"}
+        else set(),
+        "custom_tool_uses": (
+            _open_calls(locked, "agent.custom_tool_use", ("user.custom_tool_result",), "custom_tool_use_id")
+            if "user.custom_tool_result" in kinds
+            else set()
+        ),
+        "tool_uses": (
+            # the runtime answers a denied or abandoned call itself (`agent.tool_result`)
+            _open_calls(locked, "agent.tool_use", ("user.tool_result", "agent.tool_result"), "tool_use_id")
+            if "user.tool_result" in kinds
+            else set()
+        ),
     }
     for index, event in enumerate(events):
         _check_event(locked, index, event, state)

@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Min, Q
+from django.db.models import Count, Min, Q
+from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from registry.core.errors import ApiError, ErrorType, conflict
@@ -26,7 +27,7 @@ from registry.core.fields import merge_metadata
 from registry.core.serialization import timestamp
 from registry.environments.models import Environment
 from registry.sessions import notify
-from registry.sessions.models import Session, WorkItem, WorkPoller
+from registry.sessions.models import Session, SessionEvent, WorkItem, WorkPoller
 from registry.workspaces import scoped_credentials
 
 State = WorkItem.State
@@ -50,8 +51,28 @@ def lease_seconds() -> int:
     return int(getattr(settings, "REGISTRY_WORK_LEASE_SECONDS", 60))
 
 
-def needs_work(environment: Environment) -> bool:
-    return bool((environment.config or {}).get("type") == SELF_HOSTED)
+# A self-hosted environment's built-in tools run in the client's worker: the only harness that lets them.
+CLIENT_RUN_HARNESS = {"type": "agent_sdk_harness", "mode": "separate"}
+
+
+def default_harness(environment: Environment) -> dict[str, str]:
+    """The harness of a session created without one: the client-run harness on a self-hosted environment."""
+    return dict(CLIENT_RUN_HARNESS) if _self_hosted(environment.config) else {"type": "default"}
+
+
+def client_runs_builtin(harness: dict[str, Any], environment_config: dict[str, Any]) -> bool:
+    """An environment worker runs the session's built-in tools (and answers them with `user.tool_result`):
+    the agent SDK harness in separate mode on a self-hosted environment."""
+    separate = harness.get("type") == "agent_sdk_harness" and harness.get("mode") == "separate"
+    return separate and _self_hosted(environment_config)
+
+
+def _self_hosted(environment_config: dict[str, Any] | None) -> bool:
+    return bool((environment_config or {}).get("type") == SELF_HOSTED)
+
+
+def needs_work(session: Session) -> bool:
+    return client_runs_builtin(session.harness, session.environment.config)
 
 
 def _announce(environment_id: str) -> None:
@@ -305,7 +326,25 @@ def work_stop(*, item: WorkItem, force: bool, by_worker: bool = False) -> WorkIt
     else:
         locked.state = State.STOPPING
     locked.save(update_fields=["state", "stop_requested_at", "stopped_at", "lease_expires_at"])
+    if locked.state == State.STOPPED:
+        _requeue_if_calls_left(locked)
     return locked
+
+
+def _calls_left_open(session_id: str) -> bool:
+    """Built-in calls of the session that no result answers and no confirmation holds back: a worker that
+    stopped without answering them (shut down, crashed after its stop) leaves them to the next one."""
+    calls = SessionEvent.objects.filter(session_id=session_id, type="agent.tool_use")
+    answered = SessionEvent.objects.filter(session_id=session_id, type__in=("user.tool_result", "agent.tool_result"))
+    confirmed = SessionEvent.objects.filter(session_id=session_id, type="user.tool_confirmation")
+    held = Q(body__evaluated_permission="ask") & ~Q(pk__in=confirmed.values(call=KT("body__tool_use_id")))
+    return calls.exclude(pk__in=answered.values(call=KT("body__tool_use_id"))).exclude(held).exists()
+
+
+def _requeue_if_calls_left(item: WorkItem) -> None:
+    session = Session.objects.filter(pk=item.session_ref).exclude(status=Session.Status.TERMINATED).first()
+    if session is not None and _calls_left_open(session.pk):
+        work_queue(session=session)
 
 
 @transaction.atomic
@@ -328,6 +367,18 @@ def work_stats(*, environment: Environment) -> dict[str, Any]:
         "type": "work_queue_stats",
         "workers_polling": WorkPoller.objects.filter(environment=environment, polled_at__gte=since).count(),
     }
+
+
+def queued_by_environment() -> dict[tuple[str], int]:
+    """Items queued and never polled (each environment's `stats.depth`), per environment."""
+    rows = WorkItem.objects.filter(state=State.QUEUED, polled_at__isnull=True).values_list("environment_id")
+    return {(environment_id,): count for environment_id, count in rows.annotate(count=Count("id"))}
+
+
+def live_by_environment() -> dict[tuple[str], int]:
+    """Items queued, starting or active per environment: each wants a worker of its own."""
+    rows = WorkItem.objects.filter(state__in=LIVE_STATES).values_list("environment_id")
+    return {(environment_id,): count for environment_id, count in rows.annotate(count=Count("id"))}
 
 
 def work_secret(item: WorkItem) -> str:

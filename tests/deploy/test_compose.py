@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 SCHEMA = Path(__file__).with_name("compose-spec.json")
-PROCESSES = {"registry", "runtime", "scheduler", "gateway", "migrate", "gateway-config"}
+PROCESSES = {"registry", "runtime", "scheduler", "gateway", "migrate", "gateway-config", "environment-worker"}
+# The optional self-hosted environment worker (a Compose profile, so a plain `up` leaves it out).
+WORKER = "environment-worker"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,9 @@ def test_the_file_passes_the_compose_specification_schema(compose: dict[str, Any
 
 def test_replicas_as_the_deployment_promises(compose: dict[str, Any]) -> None:
     services = compose["services"]
+    # Profiles: only the environment worker has one, so `docker compose up` starts all the rest and not it.
+    assert {name for name, service in services.items() if "profiles" in service} == {WORKER}
+    assert services[WORKER]["profiles"] == ["self-hosted"]
     replicas = {name: service.get("deploy", {}).get("replicas", 1) for name, service in services.items()}
     assert replicas["registry"] == 2 and replicas["runtime"] == 2 and replicas["gateway"] == 2
     assert replicas["scheduler"] == 1
@@ -77,7 +82,9 @@ def test_project_services_run_an_entrypoint_process_and_check_their_own_health(c
         assert process in PROCESSES, name
         check = service["healthcheck"]
         if check.get("disable"):
-            assert process in ("migrate", "gateway-config")
+            # One-shots, and the environment worker: it serves no HTTP endpoint (it only polls the
+            # registry), so the image's healthcheck.py has nothing to ask; `restart` covers its exit.
+            assert process in ("migrate", "gateway-config", WORKER)
             continue
         assert check["test"][:4] == ["CMD", "python", "/app/scripts/healthcheck.py", process]
 
@@ -122,6 +129,44 @@ def test_the_runtime_gets_what_its_sandboxes_need_and_nothing_lifts_the_private_
         service = compose["services"][name]
         assert service["read_only"] is True and service["cap_drop"] == ["ALL"], name
         assert "user" not in service, name  # the image's non-root user
+
+
+def test_the_environment_worker_runs_unprivileged_with_a_read_only_root(compose: dict[str, Any]) -> None:
+    worker = compose["services"][WORKER]
+    assert worker["command"] == [WORKER] and worker["build"]["dockerfile"] == "Dockerfile"
+    assert worker["image"] == compose["services"]["registry"]["image"]  # the same image
+    assert worker["user"] == "10001:10001"  # the image's uid, stated: never root
+    assert worker["read_only"] is True
+    assert worker["cap_drop"] == ["ALL"] and "cap_add" not in worker
+    assert worker["security_opt"] == ["no-new-privileges:true"]
+    for key in ("privileged", "pid", "ipc", "network_mode", "devices", "userns_mode", "sysctls"):
+        assert key not in worker, key
+    # Writable: the workdir, memory stores at their absolute /mnt/memory/... paths, and /tmp. Nothing
+    # from the host and no project volume (uploads): the sessions' files reach it through the API only.
+    mounts = {entry.split(":")[0]: entry.split(":", 1)[1].split(",") for entry in worker["tmpfs"]}
+    assert set(mounts) == {"/workspace", "/mnt/memory", "/tmp"}
+    for options in mounts.values():
+        assert {"nosuid", "nodev"} <= set(options) and any(o.startswith("size=") for o in options)
+    assert "volumes" not in worker
+    environment = worker["environment"]
+    assert environment["WORKER_WORKDIR"] == "/workspace"
+    assert environment["ANTHROPIC_BASE_URL"] == "http://registry:8000"
+    assert "registry" in compose["services"]["registry"]["environment"]["ALLOWED_HOSTS"].split(",")
+    # No project secret: only its own environment's id and key (from .env), nothing Django reads.
+    for key in ("SECRET_KEY", "VAULT_ENCRYPTION_KEYS", "DATABASE_URL", "REDIS_URL", "GATEWAY_ADMIN_TOKEN_FILE"):
+        assert key not in environment, key
+    assert environment["ANTHROPIC_ENVIRONMENT_ID"] == "${ANTHROPIC_ENVIRONMENT_ID:-}"
+    assert environment["ANTHROPIC_ENVIRONMENT_KEY"] == "${ANTHROPIC_ENVIRONMENT_KEY:-}"
+    assert "secrets" not in worker and "configs" not in worker
+    example = (DEPLOY / "compose.env.example").read_text().splitlines()
+    assert {"ANTHROPIC_ENVIRONMENT_ID=", "ANTHROPIC_ENVIRONMENT_KEY="} <= set(example)  # placeholders, empty
+    # Its only network is internal and shared with the registry alone: no database, no Redis, no gateway.
+    assert worker["networks"] == ["workers"]
+    assert compose["networks"]["workers"]["internal"] is True
+    others = {name for name, service in compose["services"].items() if "workers" in service.get("networks", [])}
+    assert others == {"registry", WORKER}
+    assert worker["depends_on"] == {"registry": {"condition": "service_healthy"}}
+    assert worker["restart"] == "unless-stopped"
 
 
 def test_the_gateway_config_imported_is_valid() -> None:

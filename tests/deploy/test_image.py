@@ -20,7 +20,7 @@ from django.core.management import get_commands
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 ENTRYPOINT = ROOT / "scripts" / "entrypoint.sh"
-PROCESSES = {"registry", "runtime", "scheduler", "gateway", "migrate", "gateway-config", "manage"}
+PROCESSES = {"registry", "runtime", "scheduler", "gateway", "migrate", "gateway-config", "environment-worker", "manage"}
 
 
 def load_healthcheck() -> Any:
@@ -88,6 +88,9 @@ def test_every_process_of_the_entrypoint_runs_a_manage_py_command_that_exists() 
     assert "daphne" in branches["registry"] and "settings.asgi:application" in branches["registry"]
     assert (ROOT / "settings" / "asgi.py").is_file()
     assert "--database" in branches["gateway"]
+    # The optional self-hosted environment worker: no manage.py (no Django, no database), its own script.
+    assert branches["environment-worker"].strip() == 'exec python scripts/environment_worker.py "$@"'
+    assert (ROOT / "scripts" / "environment_worker.py").is_file()
 
 
 def test_health_ports_default_as_the_manifests_expect() -> None:

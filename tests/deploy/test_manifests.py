@@ -1,5 +1,6 @@
-"""The Kubernetes manifests: the base and the production overlay render (offline), every object passes the
-Kubernetes schemas (kubernetes-validate, strict), and the deployment rules docs/deploy.md promises hold."""
+"""The Kubernetes manifests: the base, the production overlay and the self-hosted-workers overlay (production
+plus the optional environment workers) render (offline), every object passes the Kubernetes schemas
+(kubernetes-validate, strict), and the deployment rules docs/deploy.md promises hold."""
 
 from __future__ import annotations
 
@@ -15,16 +16,32 @@ import pytest
 import yaml
 
 from gatewayproxy.config.loader import validate_document
-from tests.support.kustomize import Manifest, identity, load_documents, pod_spec, render
+from tests.support.kustomize import (
+    Manifest,
+    identity,
+    load_documents,
+    pod_spec,
+    render,
+    restricted_pod_security_violations,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
 PRODUCTION = KUBERNETES / "overlays" / "production"
-TARGETS = {"base": BASE, "production": PRODUCTION}
+# The optional self-hosted environment worker: its own kustomization (its own namespace), rendered and
+# validated through the overlay that adds it to production; the base and production leave it out.
+WORKER_KUSTOMIZATION = KUBERNETES / "environment-worker"
+SELF_HOSTED = KUBERNETES / "overlays" / "self-hosted-workers"
+TARGETS = {"base": BASE, "production": PRODUCTION, "self-hosted-workers": SELF_HOSTED}
 # The oldest Kubernetes these manifests are meant for, and a current one.
 KUBERNETES_VERSIONS = ["1.30.0", "1.33.0"]
 PROCESSES = {"registry", "runtime", "scheduler", "gateway"}
+WORKER = "environment-worker"
+NAMESPACE, WORKER_NAMESPACE = "agent-registry", "agent-registry-workers"
+# The processes each target deploys.
+TARGET_PROCESSES = {"base": PROCESSES, "production": PROCESSES, "self-hosted-workers": PROCESSES | {WORKER}}
+PRIVATE_RANGES = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8"]
 DATABASE_PORT, REDIS_PORT = 5432, 6379
 # Health ports of `runsessions` / `runtriggers` (REGISTRY_HEALTH_PORT), as scripts/entrypoint.sh defaults them.
 HEALTH_PORTS = {"runtime": 9100, "scheduler": 9101}
@@ -62,9 +79,27 @@ def selects(selector: Manifest, labels: dict[str, str]) -> bool:
     return True
 
 
+def namespace_of(manifest: Manifest) -> str:
+    namespace: str = manifest["metadata"]["namespace"]
+    return namespace
+
+
+def secret_examples() -> dict[str, Manifest]:
+    """The example Secrets (never rendered): the base's and the environment worker's."""
+    documents = [*load_documents(BASE / "secrets.example.yaml")]
+    documents += load_documents(WORKER_KUSTOMIZATION / "secret.example.yaml")
+    return {secret["metadata"]["name"]: secret for secret in documents}
+
+
 @pytest.fixture(params=sorted(TARGETS))
-def manifests(request: pytest.FixtureRequest) -> list[Manifest]:
-    return rendered(request.param)
+def target(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def manifests(target: str) -> list[Manifest]:
+    return rendered(target)
 
 
 # -- rendering and schemas ---------------------------------------------------------------------------
@@ -91,10 +126,13 @@ def test_every_object_passes_the_kubernetes_schemas(manifests: list[Manifest], v
 
 
 def test_the_example_secrets_pass_the_schemas_and_are_left_out_of_the_kustomization() -> None:
-    secrets = load_documents(BASE / "secrets.example.yaml")
-    for secret in secrets:
+    secrets = secret_examples()
+    assert set(secrets) == {"registry-secrets", "gateway-secrets", "environment-worker"}
+    for secret in secrets.values():
         kubernetes_validate.validate(secret, KUBERNETES_VERSIONS[-1], strict=True)
-    assert not [manifest for manifest in rendered("production") if manifest["kind"] == "Secret"]
+    assert namespace_of(secrets["environment-worker"]) == WORKER_NAMESPACE
+    for target in TARGETS:
+        assert not [manifest for manifest in rendered(target) if manifest["kind"] == "Secret"], target
 
 
 def test_names_are_unique(manifests: list[Manifest]) -> None:
@@ -103,9 +141,9 @@ def test_names_are_unique(manifests: list[Manifest]) -> None:
 
 
 # -- workloads ---------------------------------------------------------------------------------------
-def test_a_deployment_per_process_and_a_migration_job(manifests: list[Manifest]) -> None:
+def test_a_deployment_per_process_and_a_migration_job(target: str, manifests: list[Manifest]) -> None:
     deployments = of_kind(manifests, "Deployment")
-    assert {component(deployment) for deployment in deployments.values()} == PROCESSES
+    assert {component(deployment) for deployment in deployments.values()} == TARGET_PROCESSES[target]
     jobs = of_kind(manifests, "Job")
     (migrate,) = jobs["migrate"]["spec"]["template"]["spec"]["containers"]
     assert migrate["args"] == ["migrate"]
@@ -127,6 +165,12 @@ def test_every_deployment_is_probed_on_its_health_endpoints(manifests: list[Mani
     for deployment in of_kind(manifests, "Deployment").values():
         (container,) = pod_spec(deployment)["containers"]  # type: ignore[index]
         process = component(deployment)
+        if process == WORKER:
+            # Named exception (environment-worker/worker.yaml, docs/deploy.md): the environment worker
+            # serves no HTTP endpoint (it only polls the registry), so there is nothing to probe that its
+            # own exit does not report; and no Service sends it traffic, so no readiness either.
+            assert not {"livenessProbe", "readinessProbe", "startupProbe", "ports"} & set(container), process
+            continue
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
             handler = container[probe]
             if "httpGet" in handler:
@@ -192,14 +236,24 @@ def test_no_volume_hides_the_static_files_collected_in_the_image(manifests: list
 
 def test_secrets_and_settings_come_from_objects_that_exist(manifests: list[Manifest]) -> None:
     config_maps = of_kind(manifests, "ConfigMap")
-    secrets = {secret["metadata"]["name"]: secret for secret in load_documents(BASE / "secrets.example.yaml")}
+    secrets = secret_examples()
     for manifest in manifests:
         spec = pod_spec(manifest)
         if spec is None:
             continue
         for container in containers(manifest):
             sources = container.get("envFrom", [])
-            assert {"secretRef": {"name": "registry-secrets"}} in sources, identity(manifest)
+            if identity(manifest) == ("Deployment", WORKER):
+                # Named exception: the environment worker holds no project secret (no database, no
+                # SECRET_KEY), only its environment key, read from a Secret in its own namespace.
+                assert not sources, identity(manifest)
+                references = [
+                    v["valueFrom"]["secretKeyRef"] for v in container["env"] if "secretKeyRef" in v.get("valueFrom", {})
+                ]
+                assert {reference["name"] for reference in references} == {WORKER}
+                assert namespace_of(secrets[WORKER]) == namespace_of(manifest)
+            else:
+                assert {"secretRef": {"name": "registry-secrets"}} in sources, identity(manifest)
             for source in sources:
                 if "secretRef" in source:
                     assert source["secretRef"]["name"] in secrets
@@ -274,7 +328,8 @@ def test_autoscalers_gateway_on_cpu_and_runtime_on_queue_depth(manifests: list[M
     assert backlog["external"]["target"]["type"] == "AverageValue"
     for name, autoscaler in autoscalers.items():
         assert autoscaler["spec"]["scaleTargetRef"]["name"] in deployments
-        assert autoscaler["spec"]["minReplicas"] >= 2, name
+        # Named exception: one idle environment worker is enough (test_the_environment_worker_autoscales...).
+        assert autoscaler["spec"]["minReplicas"] >= (1 if name == WORKER else 2), name
 
 
 def test_production_runs_two_schedulers_and_more_of_everything() -> None:
@@ -290,15 +345,29 @@ def test_production_runs_two_schedulers_and_more_of_everything() -> None:
         for container in containers(manifest)
     }
     assert len(images) == 1 and images.pop().endswith(":1.0.0")
+    # The self-hosted-workers overlay restates the image for the workers: it must be production's release.
+    everywhere = {
+        container["image"]
+        for target in ("production", "self-hosted-workers")
+        for manifest in rendered(target)
+        if pod_spec(manifest) is not None
+        for container in containers(manifest)
+    }
+    assert len(everywhere) == 1
 
 
 # -- network policies --------------------------------------------------------------------------------
-def policies_for(manifests: list[Manifest], labels: dict[str, str], direction: str) -> list[Manifest]:
+def policies_for(
+    manifests: list[Manifest], labels: dict[str, str], direction: str, namespace: str = NAMESPACE
+) -> list[Manifest]:
+    """The policies of `direction` that select pods with `labels` in `namespace` (a policy selects in its own)."""
     policy_type = direction.capitalize()
     return [
         policy
         for policy in of_kind(manifests, "NetworkPolicy").values()
-        if policy_type in policy["spec"]["policyTypes"] and selects(policy["spec"]["podSelector"], labels)
+        if namespace_of(policy) == namespace
+        and policy_type in policy["spec"]["policyTypes"]
+        and selects(policy["spec"]["podSelector"], labels)
     ]
 
 
@@ -327,6 +396,19 @@ def test_everything_is_denied_unless_a_policy_allows_it(manifests: list[Manifest
     deny = of_kind(manifests, "NetworkPolicy")["default-deny"]["spec"]
     assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"}
     assert "ingress" not in deny and "egress" not in deny
+    # In every namespace of the rendering (the environment workers' too), and every pod is in one of them.
+    namespaces = set(of_kind(manifests, "Namespace"))
+    for namespace in namespaces:
+        denials = [
+            policy["spec"]
+            for policy in of_kind(manifests, "NetworkPolicy").values()
+            if namespace_of(policy) == namespace
+            and policy["spec"]["podSelector"] == {}
+            and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+            and not {"ingress", "egress"} & set(policy["spec"])
+        ]
+        assert denials, namespace
+    assert {namespace_of(manifest) for manifest in manifests if manifest["kind"] != "Namespace"} <= namespaces
 
 
 def test_the_runtime_pod_reaches_the_database_only_on_its_port_and_sandboxes_not_at_all(
@@ -352,19 +434,21 @@ def test_the_runtime_pod_reaches_the_database_only_on_its_port_and_sandboxes_not
 
 def test_only_the_processes_that_use_the_database_reach_it(manifests: list[Manifest]) -> None:
     networks = database_networks(manifests)
-    pod_labels = {"ingress-like": {"app.kubernetes.io/component": "something-else"}}
+    pod_labels = {"ingress-like": ({"app.kubernetes.io/component": "something-else"}, NAMESPACE)}
     for manifest in manifests:
         if pod_spec(manifest) is not None:
-            pod_labels[manifest["metadata"]["name"]] = manifest["spec"]["template"]["metadata"]["labels"]
-    for name, labels in pod_labels.items():
+            labels = manifest["spec"]["template"]["metadata"]["labels"]
+            pod_labels[manifest["metadata"]["name"]] = (labels, namespace_of(manifest))
+    for name, (labels, namespace) in pod_labels.items():
         reachable = any(
             reaches(peer, network)
-            for policy in policies_for(manifests, labels, "egress")
+            for policy in policies_for(manifests, labels, "egress", namespace)
             for rule in policy["spec"].get("egress", [])
             for peer in rule.get("to", [])
             for network in networks.values()
         )
-        assert reachable == (name != "ingress-like"), name
+        # The environment worker uses no database: its pod (where the agent's commands run) never reaches it.
+        assert reachable == (name not in ("ingress-like", WORKER)), name
 
 
 def test_the_gateway_admin_plane_admits_no_ingress_controller(manifests: list[Manifest]) -> None:
@@ -376,3 +460,187 @@ def test_the_gateway_admin_plane_admits_no_ingress_controller(manifests: list[Ma
                     namespace = peer.get("namespaceSelector", {}).get("matchLabels", {})
                     assert namespace.get("kubernetes.io/metadata.name") != "ingress-nginx"
                     assert "ipBlock" not in peer
+
+
+# -- the optional self-hosted environment workers ----------------------------------------------------
+def worker_objects() -> tuple[list[Manifest], Manifest, Manifest]:
+    """The self-hosted-workers rendering, the worker Deployment and its only container."""
+    manifests = rendered("self-hosted-workers")
+    deployment = of_kind(manifests, "Deployment")[WORKER]
+    (container,) = pod_spec(deployment)["containers"]  # type: ignore[index]
+    return manifests, deployment, container
+
+
+def worker_environment(container: Manifest) -> dict[str, str | None]:
+    return {item["name"]: item.get("value") for item in container["env"]}
+
+
+def test_the_default_renderings_leave_the_environment_workers_out() -> None:
+    for target in ("base", "production"):
+        manifests = rendered(target)
+        assert WORKER not in of_kind(manifests, "Deployment"), target
+        assert {namespace_of(m) for m in manifests if m["kind"] != "Namespace"} == {NAMESPACE}, target
+        assert "registry-from-environment-workers" not in of_kind(manifests, "NetworkPolicy"), target
+    # The overlay is production plus the workers' own kustomization, nothing changed in between.
+    production = {identity(manifest): manifest for manifest in rendered("production")}
+    workers = {identity(manifest): manifest for manifest in render(WORKER_KUSTOMIZATION)}
+    combined = {identity(manifest): manifest for manifest in rendered("self-hosted-workers")}
+    assert set(combined) == set(production) | set(workers) and not set(production) & set(workers)
+    for key, manifest in production.items():
+        assert combined[key] == manifest, key
+
+
+def test_the_worker_namespace_admits_only_restricted_pods() -> None:
+    manifests, deployment, _ = worker_objects()
+    namespaces = of_kind(manifests, "Namespace")
+    labels = namespaces[WORKER_NAMESPACE]["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted", mode
+    # The registry's namespace holds the privileged runtime: the workers must not live there.
+    assert namespaces[NAMESPACE]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert namespace_of(deployment) == WORKER_NAMESPACE
+    in_worker_namespace = [m for m in manifests if m["kind"] != "Namespace" and namespace_of(m) == WORKER_NAMESPACE]
+    assert {identity(m) for m in in_worker_namespace if pod_spec(m) is not None} == {("Deployment", WORKER)}
+
+
+def test_the_worker_pod_meets_the_restricted_pod_security_level() -> None:
+    manifests, deployment, container = worker_objects()
+    spec = pod_spec(deployment)
+    assert spec is not None
+    assert restricted_pod_security_violations(spec) == []
+    # The checker bites: the privileged runtime (the registry namespace's documented exception) fails it.
+    runtime = pod_spec(of_kind(manifests, "Deployment")["runtime"])
+    assert runtime is not None and restricted_pod_security_violations(runtime)
+    # Stated explicitly, beyond what `restricted` demands: the image's uid, a read-only root, no token.
+    pod, context = spec["securityContext"], container["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 10001 and pod["runAsGroup"] == 10001
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert "initContainers" not in spec  # nothing waits for migrations: it never touches the database
+    assert container["args"] == [WORKER]
+    # Writable: emptyDirs (size-capped) for the workdir, memory stores (absolute /mnt/memory/... paths), /tmp.
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    mounts = {mount["mountPath"]: volumes[mount["name"]] for mount in container["volumeMounts"]}
+    assert set(mounts) == {"/workspace", "/mnt/memory", "/tmp"}
+    assert all(set(volume) == {"name", "emptyDir"} and volume["emptyDir"]["sizeLimit"] for volume in mounts.values())
+    assert worker_environment(container)["WORKER_WORKDIR"] == "/workspace"
+    assert worker_environment(container)["HOME"] == "/tmp"  # the image's home (/app) is read-only
+    # An optional sandboxing RuntimeClass is offered in a comment, not set (it must exist on the cluster).
+    assert "runtimeClassName" not in spec
+    assert "# runtimeClassName: gvisor" in (WORKER_KUSTOMIZATION / "worker.yaml").read_text()
+    # Time for the teardown SIGTERM starts: kill the commands, flush memory stores (30 s), stop the item.
+    assert spec["terminationGracePeriodSeconds"] >= 60
+
+
+def test_the_worker_holds_only_its_environment_key_and_reaches_the_registry_by_a_name_it_accepts() -> None:
+    manifests, _, container = worker_objects()
+    environment = worker_environment(container)
+    (key,) = [item for item in container["env"] if item["name"] == "ANTHROPIC_ENVIRONMENT_KEY"]
+    assert key["valueFrom"]["secretKeyRef"] == {"name": WORKER, "key": "ANTHROPIC_ENVIRONMENT_KEY"}
+    assert "ANTHROPIC_ENVIRONMENT_KEY" in secret_examples()[WORKER]["stringData"]
+    assert str(environment["ANTHROPIC_ENVIRONMENT_ID"]).startswith("env_")
+    # The registry's Service in its own namespace, by a Host that ALLOWED_HOSTS lists (Django checks it).
+    url = str(environment["ANTHROPIC_BASE_URL"])
+    host, port = url.removeprefix("http://").split(":")
+    assert host == f"registry.{NAMESPACE}.svc"
+    service = of_kind(manifests, "Service")["registry"]
+    assert namespace_of(service) == NAMESPACE and int(port) in {p["port"] for p in service["spec"]["ports"]}
+    for target in TARGETS:  # the name is accepted wherever the workers may be added
+        allowed = of_kind(rendered(target), "ConfigMap")["registry-settings"]["data"]["ALLOWED_HOSTS"].split(",")
+        assert host in allowed, target
+
+
+def test_the_worker_reaches_the_registry_and_dns_only_and_the_registry_admits_it() -> None:
+    manifests, deployment, _ = worker_objects()
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    # Nothing comes in (it serves nothing): policies select it for ingress, none admits a peer.
+    ingress = policies_for(manifests, labels, "ingress", WORKER_NAMESPACE)
+    assert ingress and all(not policy["spec"].get("ingress") for policy in ingress)
+    allowed = set()
+    for policy in policies_for(manifests, labels, "egress", WORKER_NAMESPACE):
+        for rule in policy["spec"].get("egress", []):
+            (peer,) = rule["to"]
+            assert "ipBlock" not in peer, "no address outside the cluster by default (internet-egress.yaml)"
+            namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            pods = tuple(sorted(peer["podSelector"]["matchLabels"].items()))
+            ports = tuple(sorted((p["protocol"], p["port"]) for p in rule["ports"]))
+            allowed.add((namespace, pods, ports))
+    assert allowed == {
+        (NAMESPACE, (("app.kubernetes.io/component", "registry"),), (("TCP", 8000),)),
+        ("kube-system", (("k8s-app", "kube-dns"),), (("TCP", 53), ("UDP", 53))),
+    }
+    # The registry's side: one added policy admits exactly the workers' pods from their namespace, on 8000.
+    registry = of_kind(manifests, "Deployment")["registry"]["spec"]["template"]["metadata"]["labels"]
+    admitting = [
+        (policy["metadata"]["name"], rule)
+        for policy in policies_for(manifests, registry, "ingress")
+        for rule in policy["spec"].get("ingress", [])
+        if any(
+            peer.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name")
+            == WORKER_NAMESPACE
+            for peer in rule["from"]
+        )
+    ]
+    assert len(admitting) == 1
+    name, rule = admitting[0]
+    assert name == "registry-from-environment-workers"
+    assert rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": WORKER_NAMESPACE}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/component": WORKER}},
+        }
+    ]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_the_optional_internet_egress_is_valid_unlisted_and_keeps_private_ranges_closed() -> None:
+    (policy,) = load_documents(WORKER_KUSTOMIZATION / "internet-egress.yaml")
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(policy, version, strict=True)
+    assert namespace_of(policy) == WORKER_NAMESPACE
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": WORKER}}
+    kustomization = yaml.safe_load((WORKER_KUSTOMIZATION / "kustomization.yaml").read_text())
+    assert "internet-egress.yaml" not in kustomization["resources"]
+    assert policy["metadata"]["name"] not in of_kind(rendered("self-hosted-workers"), "NetworkPolicy")
+    (rule,) = policy["spec"]["egress"]
+    (peer,) = rule["to"]
+    assert reaches(peer, ipaddress.IPv4Network("1.1.1.1/32"))
+    manifests = rendered("self-hosted-workers")
+    closed = [ipaddress.IPv4Network(cidr) for cidr in PRIVATE_RANGES] + list(database_networks(manifests).values())
+    closed.append(ipaddress.IPv4Network("169.254.169.254/32"))  # cloud metadata
+    for network in closed:
+        assert not reaches(peer, network), network
+
+
+def test_the_environment_worker_autoscales_one_pod_per_live_work_item() -> None:
+    manifests, deployment, container = worker_objects()
+    autoscaler = of_kind(manifests, "HorizontalPodAutoscaler")[WORKER]
+    assert namespace_of(autoscaler) == namespace_of(deployment)
+    spec = autoscaler["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": WORKER}
+    assert spec["minReplicas"] == 1 and spec["maxReplicas"] >= 10
+    (metric,) = spec["metrics"]
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["name"] == "registry_work_items_live"
+    # The series of this Deployment's environment only.
+    selector = metric["external"]["metric"]["selector"]
+    assert selector == {"matchLabels": {"environment_id": worker_environment(container)["ANTHROPIC_ENVIRONMENT_ID"]}}
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "1"}
+    # Scale in slowly (the pod removed may be serving an item), out at once.
+    down, up = spec["behavior"]["scaleDown"], spec["behavior"]["scaleUp"]
+    assert down["stabilizationWindowSeconds"] >= 300
+    assert all(policy["type"] == "Pods" and policy["value"] == 1 for policy in down["policies"])
+    assert up["stabilizationWindowSeconds"] == 0
+    # Drains: one worker at a time.
+    (budget,) = [
+        b
+        for b in of_kind(manifests, "PodDisruptionBudget").values()
+        if selects(b["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    ]
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": budget["spec"]["selector"]}
+    assert namespace_of(budget) == WORKER_NAMESPACE

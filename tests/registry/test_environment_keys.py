@@ -123,6 +123,11 @@ class World:
         self.other_env = post(other_api, "/v1/environments", {"name": "sh", "config": {"type": "self_hosted"}})["id"]
         self.other_session = self_hosted_session(other_api, self.other_env, other_agent)
 
+    def tool_result(self) -> dict[str, Any]:
+        """A result for a built-in call the agent just made in `session` (the log refuses one for no call)."""
+        call = log.emit(session_id=self.session, type="agent.tool_use", body={"name": "bash", "input": {}})
+        return {**TOOL_RESULT, "tool_use_id": call.id}
+
     def key(self, environment_id: str | None = None) -> str:
         environment = Environment.objects.get(pk=environment_id or self.env)
         return environment_services.environment_key_mint(environment=environment).plaintext
@@ -219,7 +224,7 @@ def test_environment_key_acts_on_its_environments_sessions(world):
     for session in (world.session, world.sibling):
         assert client.get(f"/v1/sessions/{session}").json()["id"] == session
         assert client.get(f"/v1/sessions/{session}/events", {"limit": 1000}).status_code == 200
-    sent = client.post(f"/v1/sessions/{world.session}/events", {"events": [TOOL_RESULT]}, format="json")
+    sent = client.post(f"/v1/sessions/{world.session}/events", {"events": [world.tool_result()]}, format="json")
     assert sent.status_code == 200, sent.content
     assert sent.json()["data"][0]["type"] == "user.tool_result"
 
@@ -293,9 +298,10 @@ def test_reference_client_with_an_environment_key(world, live_server):
     key = world.key()
     sdk = anthropic.Anthropic(base_url=live_server.url, api_key=None, auth_token=key, max_retries=0)
     assert sdk.beta.sessions.retrieve(world.session).id == world.session
-    sdk.beta.sessions.events.send(world.session, events=[TOOL_RESULT])
+    sdk.beta.sessions.events.send(world.session, events=[world.tool_result()])
     log.emit(session_id=world.session, type="agent.message", body={"content": TEXT})
-    assert [event.type for event in sdk.beta.sessions.events.list(world.session, limit=1000)] == ["agent.message"]
+    listed = [event.type for event in sdk.beta.sessions.events.list(world.session, limit=1000)]
+    assert listed == ["agent.tool_use", "agent.message"]
     with pytest.raises(anthropic.PermissionDeniedError):
         sdk.beta.agents.list()
     with pytest.raises(anthropic.PermissionDeniedError):
@@ -326,7 +332,7 @@ def test_work_secret_reaches_its_session_and_nothing_else(world, probe_urls, run
     client = bearer(sessions_token(world.secret()))
     assert client.get(f"/v1/sessions/{world.session}").json()["id"] == world.session
     assert client.get(f"/v1/sessions/{world.session}/events", {"limit": 1000}).status_code == 200
-    sent = client.post(f"/v1/sessions/{world.session}/events", {"events": [TOOL_RESULT]}, format="json")
+    sent = client.post(f"/v1/sessions/{world.session}/events", {"events": [world.tool_result()]}, format="json")
     assert sent.status_code == 200, sent.content
 
     refused = [
@@ -389,9 +395,10 @@ def test_reference_client_with_a_work_secret(world, live_server):
     token = sessions_token(world.secret())
     sdk = anthropic.Anthropic(base_url=live_server.url, api_key=None, auth_token=token, max_retries=0)
     assert sdk.beta.sessions.retrieve(world.session).id == world.session
-    sdk.beta.sessions.events.send(world.session, events=[TOOL_RESULT])
+    sdk.beta.sessions.events.send(world.session, events=[world.tool_result()])
     log.emit(session_id=world.session, type="agent.message", body={"content": TEXT})
-    assert [event.type for event in sdk.beta.sessions.events.list(world.session, limit=1000)] == ["agent.message"]
+    listed = [event.type for event in sdk.beta.sessions.events.list(world.session, limit=1000)]
+    assert listed == ["agent.tool_use", "agent.message"]
     with pytest.raises(anthropic.PermissionDeniedError):
         sdk.beta.sessions.retrieve(world.sibling)
     with pytest.raises(anthropic.PermissionDeniedError):

@@ -307,7 +307,24 @@ def test_tool_result_allowed_for_separate_sdk_harness_on_self_hosted(api, agent)
         environment_id=self_hosted["id"],
         harness={"type": "agent_sdk_harness", "mode": "separate"},
     )
-    event = {"type": "user.tool_result", "tool_use_id": "toolu_1", "content": TEXT}
+    unknown = {"type": "user.tool_result", "tool_use_id": "sevt_unknown", "content": TEXT}
+    assert_error(send(api, session["id"], unknown), 400, "invalid_request_error", "no unanswered agent.tool_use")
+    call = log.emit(session_id=session["id"], type="agent.tool_use", body={"name": "bash", "input": {}})
+    event = {**unknown, "tool_use_id": call.id}
+    assert send(api, session["id"], event).status_code == 200
+    assert_error(send(api, session["id"], event), 400, "invalid_request_error", "no unanswered agent.tool_use")
+
+
+def test_tool_result_waits_for_the_confirmation_of_an_always_ask_call(api, agent):
+    self_hosted = api.post("/v1/environments", {"name": "sh", "config": {"type": "self_hosted"}}, format="json").json()
+    session = create(api, agent=agent["id"], environment_id=self_hosted["id"])
+    assert session["harness"] == {"type": "agent_sdk_harness", "mode": "separate"}  # the default there
+    body = {"name": "bash", "input": {}, "evaluated_permission": "ask"}
+    call = log.emit(session_id=session["id"], type="agent.tool_use", body=body)
+    event = {"type": "user.tool_result", "tool_use_id": call.id, "content": TEXT}
+    assert_error(send(api, session["id"], event), 400, "invalid_request_error", "awaits a user.tool_confirmation")
+    confirm = {"type": "user.tool_confirmation", "tool_use_id": call.id, "result": "allow"}
+    assert send(api, session["id"], confirm).status_code == 200
     assert send(api, session["id"], event).status_code == 200
 
 

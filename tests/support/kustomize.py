@@ -3,7 +3,8 @@
 It implements only the fields those kustomizations use (`resources`, `namespace`, `labels` pairs on
 metadata, `images`, `patches` with strategic-merge patch files) and refuses any other field, so a new
 field in a kustomization fails the tests instead of being ignored. Where `kubectl kustomize` exists,
-the tests compare this rendering with it.
+the tests compare this rendering with it. `restricted_pod_security_violations` checks a rendered pod
+spec against the `restricted` Pod Security Standard.
 """
 
 from __future__ import annotations
@@ -109,3 +110,73 @@ def set_image(manifest: Manifest, image: dict[str, str]) -> None:
         name = container["image"].split(":")[0]
         if name == image["name"]:
             container["image"] = f"{image.get('newName', name)}:{image['newTag']}"
+
+
+# The volume types the `restricted` Pod Security Standard admits (kubernetes.io/docs/concepts/security/
+# pod-security-standards/, "Volume Types").
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+
+
+def restricted_pod_security_violations(spec: Manifest) -> list[str]:
+    """What in a pod spec the `restricted` Pod Security Standard (baseline included) refuses; empty if nothing.
+
+    The checks the admission controller makes for that level, on the fields these manifests can hold: host
+    namespaces, ports and paths, privileged containers, capabilities (all dropped; NET_BIND_SERVICE alone may
+    be added), privilege escalation, non-root users, a RuntimeDefault or Localhost seccomp profile, /proc
+    masking, sysctls, AppArmor and SELinux options. A namespace labelled `enforce: restricted` admits a pod
+    only when this list is empty.
+    """
+    violations = []
+    pod = spec.get("securityContext", {})
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(field):
+            violations.append(f"{field} is set")
+    if pod.get("sysctls"):
+        violations.append("pod sysctls are set")
+    if pod.get("runAsUser") == 0:
+        violations.append("the pod runs as uid 0")
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            violations.append(f"volume {volume['name']} is of type {sorted(kinds)}")
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        name = container["name"]
+        context = container.get("securityContext", {})
+        if context.get("privileged"):
+            violations.append(f"{name}: privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            violations.append(f"{name}: allowPrivilegeEscalation is not false")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            violations.append(f"{name}: capabilities do not drop ALL")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            violations.append(f"{name}: adds capabilities {capabilities['add']}")
+        if context.get("runAsNonRoot", pod.get("runAsNonRoot")) is not True:
+            violations.append(f"{name}: runAsNonRoot is not true")
+        if context.get("runAsUser") == 0:
+            violations.append(f"{name}: runs as uid 0")
+        seccomp = context.get("seccompProfile", pod.get("seccompProfile", {}))
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            violations.append(f"{name}: seccomp profile {seccomp or 'unset'}")
+        if context.get("procMount", "Default") != "Default":
+            violations.append(f"{name}: procMount {context['procMount']}")
+        apparmor = context.get("appArmorProfile", pod.get("appArmorProfile", {}))
+        if apparmor.get("type") == "Unconfined":
+            violations.append(f"{name}: AppArmor unconfined")
+        selinux = context.get("seLinuxOptions", pod.get("seLinuxOptions", {}))
+        if selinux.get("type") not in (None, "", "container_t", "container_init_t", "container_kvm_t"):
+            violations.append(f"{name}: SELinux type {selinux['type']}")
+        if selinux.get("user") or selinux.get("role"):
+            violations.append(f"{name}: SELinux user or role set")
+        if any(port.get("hostPort") for port in container.get("ports", [])):
+            violations.append(f"{name}: hostPort")
+    return violations

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from registry.core.observability import health_server
 from registry.runtime.config import RuntimeSettings
-from registry.runtime.worker import HEALTH_PORT, QUEUE_DEPTH, Worker
+from registry.runtime.worker import HEALTH_PORT, QUEUE_DEPTH, WORK_ITEMS_LIVE, WORK_QUEUE_DEPTH, Worker
 
 
 class Command(BaseCommand):
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
         )
         worker = Worker(config)
-        health = health_server(HEALTH_PORT, worker.readiness, [QUEUE_DEPTH])
+        health = health_server(HEALTH_PORT, worker.readiness, [QUEUE_DEPTH, WORK_QUEUE_DEPTH, WORK_ITEMS_LIVE])
         # Everything loaded so far lives as long as the process: out of the collector's sight, a full
         # collection walks only what turns allocate (one walking it all paused turns 100-260 ms here).
         gc.freeze()
