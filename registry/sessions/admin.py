@@ -27,6 +27,7 @@ from registry.agents.models import AgentVersion
 from registry.core.admin import ArchivableAdmin, ReadOnlyAdmin, change_link
 from registry.core.admin_reading import ReadingStyles, markdown_html, pretty, viewable
 from registry.sessions import admin_actions, admin_list, admin_stream, admin_timeline, services
+from registry.sessions import admin_work as admin_work  # registers the work items' page
 from registry.sessions.events import NATIVE_BETA_FIELD, TOOL_ANSWER_FIELDS, TOOL_CALL_TYPES
 from registry.sessions.log import THINKING_FIELD
 from registry.sessions.models import Session, SessionEvent

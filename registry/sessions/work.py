@@ -337,8 +337,9 @@ def _calls_left_open(session_id: str) -> bool:
     calls = SessionEvent.objects.filter(session_id=session_id, type="agent.tool_use")
     answered = SessionEvent.objects.filter(session_id=session_id, type__in=("user.tool_result", "agent.tool_result"))
     confirmed = SessionEvent.objects.filter(session_id=session_id, type="user.tool_confirmation")
-    held = Q(body__evaluated_permission="ask") & ~Q(pk__in=confirmed.values(call=KT("body__tool_use_id")))
-    return calls.exclude(pk__in=answered.values(call=KT("body__tool_use_id"))).exclude(held).exists()
+    held = calls.filter(body__evaluated_permission="ask").exclude(pk__in=confirmed.values(call=KT("body__tool_use_id")))
+    open_calls = calls.exclude(pk__in=answered.values(call=KT("body__tool_use_id")))
+    return open_calls.exclude(pk__in=held.values("pk")).exists()
 
 
 def _requeue_if_calls_left(item: WorkItem) -> None:

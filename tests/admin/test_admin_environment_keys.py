@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from registry.sessions.models import WorkItem
 from registry.workspaces.models import EnvironmentKey
 from registry.workspaces.services import digest_of
 from tests.support.admin_pages import on, page
@@ -17,6 +18,7 @@ from tests.support.admin_staff import staff_client
 from tests.support.tenants import Tenant
 
 KEYS = "/admin/workspaces/environmentkey/"
+WORK = "/admin/agent_sessions/workitem/"
 
 
 def created(client: APIClient, path: str, body: dict) -> str:
@@ -100,3 +102,23 @@ def test_a_viewer_cannot_mint_or_revoke(tenant, estate):
     key = EnvironmentKey.objects.get()
     viewer.post(KEYS, {"action": "revoke", "_selected_action": [key.pk], "confirmed": "yes"})
     assert EnvironmentKey.objects.get().revoked_at is None
+
+
+def test_work_items_are_listed_per_workspace_and_an_operator_stops_them(tenant, other_tenant, estate):
+    other_agent = created(other_tenant.client, "/v1/agents", {"name": "a", "model": "m"})
+    theirs = created(other_tenant.client, "/v1/sessions", {"agent": other_agent, "environment_id": estate["theirs"]})
+    [item] = WorkItem.objects.filter(session_ref=estate["session"])
+    [their_item] = WorkItem.objects.filter(session_ref=theirs)
+    viewer = staff_client("victor", {tenant.workspace: "viewer"})
+    listing = page(viewer, WORK)
+    assert item.pk in listing and estate["session"] in listing and their_item.pk not in listing
+    assert "Queued" in page(viewer, on(WORK, item.pk))
+    chosen = {"action": "stop", "_selected_action": [item.pk], "confirmed": "yes"}
+    viewer.post(WORK, chosen)
+    assert WorkItem.objects.get(pk=item.pk).state == "queued"  # a viewer reads only
+
+    operator = staff_client("olga", {tenant.workspace: "operator"})
+    done = operator.post(WORK, chosen, follow=True).content.decode()
+    assert "Stopped 1 work item." in done and WorkItem.objects.get(pk=item.pk).state == "stopped"
+    operator.post(WORK, {**chosen, "_selected_action": [their_item.pk]})
+    assert WorkItem.objects.get(pk=their_item.pk).state == "queued"  # another workspace's: out of reach

@@ -33,6 +33,7 @@ LISTS = (
     "/admin/vaults/vault/",
     "/admin/vaults/vaultcredential/",
     SESSIONS,
+    "/admin/agent_sessions/workitem/",
     "/admin/memory/memorystore/",
     "/admin/gitcreds/gitcredential/",
     "/admin/files/file/",

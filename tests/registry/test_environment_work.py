@@ -22,7 +22,10 @@ import anthropic
 import pytest
 from django.db import connection
 
+from registry.core.observability import exposition
 from registry.environments.models import Environment
+from registry.runtime.worker import WORK_ITEMS_LIVE, WORK_QUEUE_DEPTH
+from registry.sessions import log
 from registry.workspaces.scoped_credentials import environment_key_issue
 from tests.support.clients import registry_client
 from tests.support.tenants import make_tenant
@@ -251,6 +254,52 @@ def test_new_input_for_a_dormant_session_queues_it_again(queue: Queue) -> None:
     assert queue.poll().id == items[0].id
 
 
+def test_an_item_stopped_with_calls_left_open_is_queued_again(queue: Queue) -> None:
+    item = queue.claim()
+    session_id = item.data.id
+    call = log.emit(session_id=session_id, type="agent.tool_use", body={"name": "bash", "input": {}})
+    queue.work.stop(item.id, environment_id=queue.environment.id, force=True)  # its worker shut down
+    again = queue.poll()
+    assert again is not None and again.data.id == session_id and again.id != item.id
+    queue.work.ack(again.id, environment_id=queue.environment.id)
+    result: Any = {"type": "user.tool_result", "tool_use_id": call.id, "content": [{"type": "text", "text": "ok"}]}
+    queue.sdk.beta.sessions.events.send(session_id, events=[result])
+    held = {"name": "bash", "input": {}, "evaluated_permission": "ask"}  # waits for the user, not a worker
+    log.emit(session_id=session_id, type="agent.tool_use", body=held)
+    queue.work.stop(again.id, environment_id=queue.environment.id, force=True)
+    assert [work.state for work in queue.work.list(queue.environment.id)] == ["stopped", "stopped"]
+
+
+def test_a_self_hosted_session_runs_on_a_worker_and_mounts_no_files(queue: Queue) -> None:
+    session = queue.session()
+    raw = queue.sdk.get(f"/v1/sessions/{session.id}", cast_to=object)
+    assert raw["harness"] == {"type": "agent_sdk_harness", "mode": "separate"}  # type: ignore[index]
+    repository: Any = {"type": "github_repository", "url": "https://github.com/example/app", "authorization_token": "t"}
+    for attempt in (
+        lambda: queue.sdk.beta.sessions.create(
+            agent=queue.agent.id, environment_id=queue.environment.id, resources=[repository]
+        ),
+        lambda: queue.sdk.post(f"/v1/sessions/{session.id}/resources", body=repository, cast_to=object),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="self_hosted_resources_unsupported"):
+            attempt()
+    # An explicit harness that is not the client-run one leaves the tools to this runtime: nothing is queued.
+    queue.sdk.beta.sessions.create(
+        agent=queue.agent.id, environment_id=queue.environment.id, extra_body={"harness": {"type": "default"}}
+    )
+    assert len(list(queue.work.list(queue.environment.id))) == 1
+
+
+def test_the_queue_gauges_count_per_environment(queue: Queue) -> None:
+    queue.claim()
+    queue.session()
+    queue.session()
+    scraped = exposition(WORK_QUEUE_DEPTH, WORK_ITEMS_LIVE).decode()
+    labels = f'{{environment_id="{queue.environment.id}"}}'
+    assert f"registry_work_queue_depth{labels} 2.0" in scraped
+    assert f"registry_work_items_live{labels} 3.0" in scraped
+
+
 def test_another_workspace_sees_none_of_it(queue: Queue, live_server: Any) -> None:
     item = queue.claim()
     other = registry_client(live_server.url, make_tenant("other").api_key).beta.environments.work
@@ -357,4 +406,4 @@ def test_poll_also_works_on_sqlite(tmp_path: Path) -> None:
         timeout=240,
     )
     assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
-    assert "18 passed" in child.stdout, child.stdout[-2000:]
+    assert "21 passed" in child.stdout, child.stdout[-2000:]

@@ -13,6 +13,7 @@ from django.test import Client
 from registry.agents.models import AgentVersion
 from registry.environments import services as environment_services
 from registry.environments.models import Environment
+from registry.sessions.models import WorkItem
 from registry.skills.models import SkillVersion
 from registry.vaults.models import VaultCredential
 from registry.workspaces import services as workspace_services
@@ -43,11 +44,13 @@ def _created(tenant: Tenant, path: str, body: dict[str, Any]) -> str:
     return str(response.json()["id"])
 
 
-def _environment_key(tenant: Tenant) -> str:
-    """A key of a self_hosted environment of the tenant's (issue 26)."""
+def _self_hosted(tenant: Tenant, agent_id: str) -> tuple[str, str]:
+    """A key of a self_hosted environment of the tenant's, and the work item of a session on it (issue 26)."""
     environment_id = _created(tenant, "/v1/environments", {"name": "workers", "config": {"type": "self_hosted"}})
     environment = Environment.objects.get(pk=environment_id)
-    return environment_services.environment_key_mint(environment=environment, name="worker").environment_key.pk
+    key = environment_services.environment_key_mint(environment=environment, name="worker").environment_key.pk
+    session_id = _created(tenant, "/v1/sessions", {"agent": agent_id, "environment_id": environment_id})
+    return key, WorkItem.objects.get(session_ref=session_id).pk
 
 
 def _uploaded(tenant: Tenant, path: str, parts: list[tuple[str, str | None, str | None, bytes]]) -> str:
@@ -66,15 +69,16 @@ def _trigger(tenant: Tenant, agent_id: str, environment_id: str) -> str:
 def holdings(tenant: Tenant) -> dict[str, str]:
     """One object of every kind in the tenant's workspace, made through the API (a session with a finished
     turn, its agent, environment and vault with a credential; a memory store, a git credential, a file, a skill,
-    a trigger; the workspace's key, an OIDC membership, and a self_hosted environment's key), by the admin list
-    that shows it: {list URL: key}. Uploads need the default storage pointed at a test directory."""
+    a trigger; the workspace's key, an OIDC membership, a self_hosted environment's key and a work item), by the
+    admin list that shows it: {list URL: key}. Uploads need the default storage pointed at a test directory."""
     turn = create_finished_turn(tenant)
     skill = _uploaded(tenant, "/v1/skills", [("files[]", "pdf-tools/SKILL.md", "text/markdown", SKILL_MANIFEST)])
     subject = f"subject-of-{tenant.workspace.pk}"
+    environment_key, work_item = _self_hosted(tenant, turn.agent_id)
     return {
         "/admin/workspaces/workspace/": tenant.workspace.pk,
         "/admin/workspaces/apikey/": str(ApiKey.objects.get(workspace=tenant.workspace).pk),
-        "/admin/workspaces/environmentkey/": _environment_key(tenant),
+        "/admin/workspaces/environmentkey/": environment_key,
         "/admin/workspaces/oidcmembership/": str(
             workspace_services.membership_set(workspace=tenant.workspace, subject=subject).pk
         ),
@@ -84,6 +88,7 @@ def holdings(tenant: Tenant) -> dict[str, str]:
         "/admin/vaults/vault/": turn.vault_id,
         "/admin/vaults/vaultcredential/": VaultCredential.objects.get(vault_id=turn.vault_id).pk,
         "/admin/agent_sessions/session/": turn.session_id,
+        "/admin/agent_sessions/workitem/": work_item,
         "/admin/memory/memorystore/": _created(tenant, "/v1/memory_stores", {"name": "notes"}),
         "/admin/gitcreds/gitcredential/": _created(tenant, "/v1/git-creds", {"host": "github.com", "token": "t0ken"}),
         "/admin/files/file/": _uploaded(tenant, "/v1/files", [("file", "report.txt", "text/plain", b"hello")]),
