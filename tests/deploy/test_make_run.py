@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anthropic
 import httpx
 import pytest
 import yaml
@@ -24,11 +25,14 @@ import yaml
 from fakes import model as replies
 from fakes.git_server import GitServer
 from fakes.model import FakeModel
+from fakes.plan_model import PlanModel, plan
 from fakes.waiting import wait_until
+from tests.support.environment_workers import start_environment_worker
 from tests.support.live import ROOT, free_port, wait_until_up
 from tests.support.sandbox_roots import traversable_root
 
 pytestmark = [pytest.mark.e2e]
+KEY_LINE = re.compile(r"Key \(shown once\): (sk-env-\S+)")
 
 DEMO_CONFIG = ROOT / "examples" / "gateway" / "demo.yaml"
 PROVIDER_KEY = "sk-walkthrough-provider-key"
@@ -114,7 +118,7 @@ def sandbox_root() -> Iterator[Path]:
         yield root
 
 
-def walkthrough_gateway_config(path: Path, model: FakeModel) -> Path:
+def walkthrough_gateway_config(path: Path, model: FakeModel | PlanModel) -> Path:
     """`make run`'s gateway config with vendor B's `base_url` at the scripted model: the only change."""
     document = yaml.safe_load(DEMO_CONFIG.read_text())
     document["destinations"]["vendor_b"]["base_url"] = model.url
@@ -165,3 +169,50 @@ def test_the_readme_walkthrough_runs_to_the_end(tmp_path: Path, sandbox_root: Pa
     finally:
         model.stop()
         github.stop()
+
+
+def test_the_readme_self_hosted_walkthrough_reaches_a_running_worker(tmp_path: Path) -> None:
+    """README "Self-hosted environments": an environment over the API, a key from `manage.py environment_key
+    mint`, `scripts/environment_worker.py` with the three variables, and a session whose bash call it runs."""
+    model = PlanModel()
+    try:
+        gateway_config = walkthrough_gateway_config(tmp_path / "gateway.yaml", model)
+        data = tmp_path / "var"
+        with make_run(data, f"--gateway-config={gateway_config}", VAULT__DEMO__VENDOR_B=PROVIDER_KEY) as running:
+            api_key = running.demo_key()
+            running.wait_up()
+            registry = f"http://127.0.0.1:{running.registry}"
+            headers = {"x-api-key": api_key}
+            body = {"name": "my-machines", "config": {"type": "self_hosted"}}
+            environment_id = httpx.post(f"{registry}/v1/environments", json=body, headers=headers).json()["id"]
+            settings = {"DJANGO_SETTINGS_MODULE": "settings.base", "DATABASE_URL": "", "REGISTRY_DATA_DIR": str(data)}
+            minted = subprocess.run(
+                [sys.executable, "manage.py", "environment_key", "mint", environment_id, "--name", "laptop"],
+                cwd=ROOT, env={**os.environ, **settings}, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            found = KEY_LINE.search(minted.stdout)
+            assert found is not None, minted.stdout
+            worker = start_environment_worker(
+                registry, environment_id, found.group(1), directory=tmp_path, name="laptop"
+            )
+            try:
+                client = anthropic.Anthropic(base_url=registry, api_key=None, default_headers=headers)
+                agent = client.beta.agents.create(name="a", model="m", tools=[{"type": "agent_toolset_20260401"}])
+                session = client.beta.sessions.create(agent=agent.id, environment_id=environment_id)
+                text = plan(("bash", {"command": "echo hello from my machine > proof && cat proof"}))
+                client.beta.sessions.events.send(
+                    session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}]
+                )
+
+                def finished() -> bool:
+                    events = client.beta.sessions.events.list(session.id, limit=1000)
+                    return any(
+                        event.type == "session.status_idle" and event.stop_reason.type == "end_turn" for event in events
+                    )
+
+                wait_until(finished, timeout=90, what="the session to finish on the worker")
+            finally:
+                worker.stop()
+        assert (tmp_path / "laptop" / "proof").read_text() == "hello from my machine\n"
+    finally:
+        model.stop()
