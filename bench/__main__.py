@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("registry", "sessions", "runtime", "sandbox", "snapshots", "resources", "gateway", "fleet")
+BENCHMARKS = ("registry", "sessions", "runtime", "sandbox", "snapshots", "resources", "gateway", "fleet", "work")
 
 
 def main() -> None:
