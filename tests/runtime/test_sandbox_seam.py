@@ -26,8 +26,18 @@ from registry.sandbox.spec import CommandResult
 from registry.sessions import log
 from registry.sessions.models import SessionEvent
 from tests.support.fake_sandbox import FakeBackend
+from tests.support.runtime.sessions import WorkerPool
 
 TOOLSET = {"type": "agent_toolset_20260401", "configs": []}
+
+
+@pytest.fixture(autouse=True)
+def quiet_workers(worker_pool: WorkerPool) -> Iterator[None]:
+    """The package's `runsessions` workers share the database: paused, they cannot win the claim these tests
+    make in-process."""
+    worker_pool.pause()
+    yield
+    worker_pool.resume()
 
 
 @pytest.fixture
