@@ -21,6 +21,10 @@ from tests.support.runtime.sessions import of_type, stop_reasons, text_of
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 WORKER_TOOLS = {"bash", "read", "write", "edit", "glob", "grep"}
+BASH_ASKS_FIRST = {
+    "type": "agent_toolset_20260401",
+    "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+}
 SKILL_MANIFEST = b"---\nname: release-notes\ndescription: Write release notes.\n---\nGroup by type.\n"
 
 
@@ -70,11 +74,7 @@ def test_the_worker_runs_each_builtin_tool_and_answers_it(self_hosted: SelfHoste
 
 def test_an_always_ask_call_waits_for_the_users_verdict(self_hosted: SelfHosted):
     self_hosted.start_worker("careful")
-    ask_first = {
-        "type": "agent_toolset_20260401",
-        "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
-    }
-    chat = self_hosted.open(tools=[ask_first])
+    chat = self_hosted.open(tools=[BASH_ASKS_FIRST])
     ask(chat, ("bash", {"command": "touch allowed"}), ("bash", {"command": "touch denied"}))
     workdir = self_hosted.workdir("careful")
 
@@ -186,11 +186,7 @@ def test_archive_mid_call_stops_the_item_and_the_worker_moves_on(self_hosted: Se
 
 def test_an_interrupt_stops_the_item_and_new_input_queues_another(self_hosted: SelfHosted):
     self_hosted.start_worker("patient")
-    ask_first = {
-        "type": "agent_toolset_20260401",
-        "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
-    }
-    chat = self_hosted.open(tools=[ask_first])
+    chat = self_hosted.open(tools=[BASH_ASKS_FIRST])
     ask(chat, ("bash", {"command": "touch never"}))
     chat.wait_for(lambda events: "requires_action" in stop_reasons(events))
     wait_item_state(chat.session_id, "active")
