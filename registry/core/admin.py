@@ -242,6 +242,32 @@ class StaffScopedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return None
 
 
+class RevocableKeyAdmin(StaffScopedAdmin):
+    """A credential's page: issued through its service (the plaintext appears once, in a message), revoked
+    by a confirmed action (`revoke_key`, the service's call); nothing else about a key changes, a revoked
+    key stays revoked, and the row stays as its record (no delete)."""
+
+    actions = ["revoke"]
+
+    def revoke_key(self, key: Any) -> Any:
+        raise NotImplementedError
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_revoke_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.permits(request, "change", obj)
+
+    @admin.action(description="Revoke selected %(verbose_name_plural)s", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return self.confirmed(
+            request, queryset, action="revoke", verb="Revoke", done="Revoked", perform=self.revoke_key
+        )
+
+
 class ReadOnlyAdmin(StaffScopedAdmin):
     """A page of objects that enter and change only through the API: staff read them (and delete them,
     unless `deletable` is False), never add or change them here."""

@@ -5,10 +5,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from registry.core.admin import ArchivableAdmin, ServiceWriteAdmin, StaffScopedAdmin, adopt, changelist_link
+from registry.core.admin import (
+    ArchivableAdmin,
+    RevocableKeyAdmin,
+    ServiceWriteAdmin,
+    adopt,
+    changelist_link,
+)
 from registry.core.views import WriteServices
 from registry.environments import services
 from registry.environments.models import Environment
@@ -58,7 +64,7 @@ class EnvironmentKeyForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(EnvironmentKey)
-class EnvironmentKeyAdmin(StaffScopedAdmin):
+class EnvironmentKeyAdmin(RevocableKeyAdmin):
     """Keys of self_hosted environments (issue 26): minted here through the service (the plaintext appears
     once, in a message; the row keeps its digest) and revoked by a confirmed action (refused on its next
     use); nothing else about a key changes, and a revoked key stays revoked."""
@@ -87,7 +93,6 @@ class EnvironmentKeyAdmin(StaffScopedAdmin):
         "revoked_at",
     )
     readonly_fields = fields
-    actions = ["revoke"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return ("environment", "name") if obj is None else self.fields
@@ -106,28 +111,11 @@ class EnvironmentKeyAdmin(StaffScopedAdmin):
         field.queryset = environments.order_by("name")
         return form
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # revoke instead: the row stays as the record of the key
-
-    def has_revoke_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self.permits(request, "change", obj)
-
     def save_model(self, request: HttpRequest, obj: EnvironmentKey, form: Any, change: bool) -> None:
         environment = form.cleaned_data["environment"]
         issued = services.environment_key_mint(environment=environment, name=obj.name)
         adopt(obj, issued.environment_key)
         messages.warning(request, f"New environment key (copy it now, it is not shown again): {issued.plaintext}")
 
-    @admin.action(description="Revoke selected environment keys", permissions=["revoke"])
-    def revoke(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirmed(
-            request,
-            queryset,
-            action="revoke",
-            verb="Revoke",
-            done="Revoked",
-            perform=lambda key: scoped_credentials.environment_key_revoke(environment_key=key),
-        )
+    def revoke_key(self, key: EnvironmentKey) -> EnvironmentKey:
+        return scoped_credentials.environment_key_revoke(environment_key=key)

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
 
@@ -39,6 +40,45 @@ def listen_parameters() -> dict[str, object]:
     """The connection parameters of Django's database, for a connection of its own that LISTENs."""
     params = connection.get_connection_params()
     return {key: value for key, value in params.items() if key in CONNECTION_KEYS and value not in (None, "")}
+
+
+class ChannelListener:
+    """A thread on its own autocommit connection that LISTENs on `channel` and calls `deliver(payload)`.
+
+    On a lost connection it reconnects with backoff and calls `deliver(None)` (something may have been
+    missed: the listener's users look at the database again); it also does once connected.
+    """
+
+    def __init__(self, channel: str, deliver: Callable[[str | None], None], *, name: str) -> None:
+        self.channel = channel
+        self.deliver = deliver
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.params = listen_parameters()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stopped.is_set():
+            try:
+                with psycopg.connect(**self.params, autocommit=True) as listening:  # type: ignore[arg-type]
+                    listening.execute(f"LISTEN {self.channel}")
+                    backoff = 0.2
+                    self.deliver(None)
+                    while not self._stopped.is_set():
+                        for message in listening.notifies(timeout=1.0):
+                            self.deliver(message.payload)
+            except psycopg.Error as error:
+                logger.warning("LISTEN %s connection lost (%s); reconnecting", self.channel, type(error).__name__)
+                self.deliver(None)
+                self._stopped.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
 
 
 RUNTIME_CHANNEL = "registry_runtime"

@@ -10,12 +10,14 @@ layering puts sessions above environments.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Min, Q
@@ -182,13 +184,61 @@ def _record_poller(environment_id: str, worker_id: str | None) -> None:
         )
 
 
+class PollWakeups:
+    """This process's long polls share one LISTEN connection on `WORK_CHANNEL` (started at the first poll):
+    each waits on an event that a notification naming its environment sets, as does the listener's
+    (re)connection (a notification may have been missed: every poll looks again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, set[threading.Event]] = {}
+        self._listener: notify.ChannelListener | None = None
+
+    @contextmanager
+    def waiting(self, environment_id: str) -> Iterator[threading.Event]:
+        """An event set when `environment_id` may have a new item; registered before the caller looks."""
+        woken = threading.Event()
+        with self._lock:
+            if self._listener is None:
+                self._listener = notify.ChannelListener(WORK_CHANNEL, self._deliver, name="work-listen")
+                self._listener.start()
+            self._waiting.setdefault(environment_id, set()).add(woken)
+        try:
+            yield woken
+        finally:
+            with self._lock:
+                waiters = self._waiting[environment_id]
+                waiters.discard(woken)
+                if not waiters:
+                    del self._waiting[environment_id]
+
+    def stop(self) -> None:
+        """Close the shared connection (a later poll opens it again)."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+
+    def _deliver(self, environment_id: str | None) -> None:
+        with self._lock:
+            if environment_id is None:
+                woken = [event for events in self._waiting.values() for event in events]
+            else:
+                woken = list(self._waiting.get(environment_id, ()))
+        for event in woken:
+            event.set()
+
+
+POLL_WAKEUPS = PollWakeups()
+
+
 def work_poll(
     *, environment: Environment, block_ms: int, reclaim_older_than_ms: int | None, worker_id: str | None
 ) -> WorkItem | None:
     """The next item for a worker, waiting up to `block_ms` for one to be queued; None when none came.
 
-    On PostgreSQL the wait LISTENs on `WORK_CHANNEL` (on its own connection, subscribed before looking
-    again, so an item queued in between is not missed); SQLite looks again every 50 ms until `block_ms`.
+    On PostgreSQL the wait is woken by the process's shared LISTEN (`POLL_WAKEUPS`, registered before
+    looking again, so an item queued in between is not missed); SQLite looks again every 50 ms.
     """
     reclaim_ms = RECLAIM_DEFAULT_MS if reclaim_older_than_ms is None else reclaim_older_than_ms
     _record_poller(environment.pk, worker_id)
@@ -203,16 +253,14 @@ def work_poll(
             if item is not None:
                 return item
         return None
-    with psycopg.connect(**notify.listen_parameters(), autocommit=True) as listening:  # type: ignore[arg-type]
-        listening.execute(f"LISTEN {WORK_CHANNEL}")
+    with POLL_WAKEUPS.waiting(environment.pk) as woken:
         while True:
             item = _claim(environment.pk, reclaim_ms, worker_id)
             remaining = deadline - time.monotonic()
             if item is not None or remaining <= 0:
                 return item
-            for message in listening.notifies(timeout=remaining):
-                if message.payload == environment.pk:
-                    break
+            woken.wait(remaining)
+            woken.clear()
 
 
 # -- the worker's calls -------------------------------------------------------------------------------

@@ -10,13 +10,20 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.formats import date_format
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 
-from registry.core.admin import ReadOnlyInline, StaffScopedAdmin, adopt, changelist_link, is_superuser
+from registry.core.admin import (
+    ReadOnlyInline,
+    RevocableKeyAdmin,
+    StaffScopedAdmin,
+    adopt,
+    changelist_link,
+    is_superuser,
+)
 from registry.workspaces import services
 from registry.workspaces.models import ApiKey, OidcMembership, StaffMembership, Workspace
 
@@ -120,41 +127,22 @@ class WorkspaceAdmin(SuperusersWrite):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(KeyLastUse, StaffScopedAdmin):
-    """Keys are issued here through the service (the plaintext appears once, in a message) and revoked by a
-    confirmed action; nothing else about a key changes, and a revoked key stays revoked."""
+class ApiKeyAdmin(KeyLastUse, RevocableKeyAdmin):
+    """Workspace API keys, issued and revoked as every key (`RevocableKeyAdmin`)."""
 
     list_display = ("display_prefix", "name", "workspace", "created_at", "last_use", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("display_prefix", "name")
     fields = ("workspace", "name", "display_prefix", "is_org_admin", "created_at", "last_use", "revoked_at")
     readonly_fields = ("display_prefix", "is_org_admin", "created_at", "last_use", "revoked_at")
-    actions = ["revoke"]
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # revoke instead: the row stays as the record of the key
-
-    def has_revoke_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self.permits(request, "change", obj)
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         issued = services.api_key_issue(workspace=obj.workspace, name=obj.name)
         adopt(obj, issued.api_key)
         show_new_key(request, issued)
 
-    @admin.action(description="Revoke selected API keys", permissions=["revoke"])
-    def revoke(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirmed(
-            request,
-            queryset,
-            action="revoke",
-            verb="Revoke",
-            done="Revoked",
-            perform=lambda api_key: services.api_key_revoke(api_key=api_key),
-        )
+    def revoke_key(self, key: ApiKey) -> ApiKey:
+        return services.api_key_revoke(api_key=key)
 
 
 @admin.register(OidcMembership)

@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
+from registry.sessions.work import POLL_WAKEUPS
 from tests.support.oidc_provider import REGISTRY_CLIENT_ID, RunningProvider
+
+
+@pytest.fixture(scope="package", autouse=True)
+def work_listener_closed(django_db_setup: None) -> Iterator[None]:
+    """The long polls of the live server share a LISTEN connection to the test database: closed before the
+    database is dropped."""
+    yield
+    POLL_WAKEUPS.stop()
 
 
 @pytest.fixture(scope="session")
