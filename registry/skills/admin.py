@@ -1,15 +1,18 @@
-"""Django admin for skills: skills with their versions, and each version's files (path and size, and the content
-of SKILL.md and the other text files, escaped)."""
+"""Django admin for skills: skills with their versions, and each version's files (path and size, the content of
+SKILL.md and the other text files, escaped, and every file's bytes as a download from the admin's own view,
+`<version id>/files/<file id>/`, scoped to the staff member's workspaces like the page)."""
 
 from functools import partial
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib.admin.utils import quote, unquote
+from django.http import FileResponse, Http404, HttpRequest
 from django.template.loader import render_to_string
+from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
 
 from registry.core.admin import ReadOnlyAdmin, ReadOnlyInline
-from registry.core.admin_reading import ReadingStyles, text_preview
+from registry.core.admin_reading import ReadingStyles, served, text_preview, viewable
 from registry.skills import selectors, services
 from registry.skills.models import Skill, SkillFile, SkillVersion
 
@@ -61,6 +64,7 @@ class SkillVersionAdmin(ReadingStyles, ReadOnlyAdmin):
                 "path": file.path,
                 "size_bytes": file.size_bytes,
                 "preview": text_preview(partial(selectors.skill_file_content, file), file.size_bytes),
+                "download": reverse("admin:skills_skillversion_file", args=[quote(version.pk), file.pk]),
             }
             for file in selectors.skill_files_in_reading_order(version)
         ]
@@ -68,3 +72,20 @@ class SkillVersionAdmin(ReadingStyles, ReadOnlyAdmin):
 
     def delete_model(self, request: HttpRequest, obj: SkillVersion) -> None:
         services.skill_version_delete(version=obj)
+
+    def get_urls(self) -> list[URLPattern]:
+        download = path(
+            "<path:object_id>/files/<int:file_id>/",
+            self.admin_site.admin_view(self.file_view),
+            name="skills_skillversion_file",
+        )
+        return [download, *super().get_urls()]
+
+    def file_view(self, request: HttpRequest, object_id: str, file_id: int) -> FileResponse:
+        """One file of the version, as an attachment (never shown as a page), for whoever may view the version."""
+        version = viewable(self, request, unquote(object_id))
+        file = version.files.filter(pk=file_id).first()
+        if file is None:
+            raise Http404
+        name = file.path.rsplit("/", 1)[-1]
+        return served(selectors.skill_file_content(file), filename=name, content_type="application/octet-stream")

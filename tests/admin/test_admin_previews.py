@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.test import Client
+from django.urls import reverse
 
 from registry.files.admin import content_url
 from registry.files.models import File
@@ -125,6 +127,21 @@ def test_a_skill_version_shows_its_text_files(member: Client, tenant: Tenant):
     assert 'data-path="form.bin"' in html and "Not text: not shown." in html
     assert_escaped(html)
 
+    binary = version.files.get(path="form.bin")
+    download = reverse("admin:skills_skillversion_file", args=[quote(version.pk), binary.pk])
+    assert f'href="{download}"' in html
+    response, body = fetched(member, download)
+    assert response.status_code == 200 and body == b"\x00\xff"
+    assert (
+        response["Content-Disposition"].startswith("attachment")
+        and 'filename="form.bin"' in response["Content-Disposition"]
+    )
+    assert response["X-Content-Type-Options"] == "nosniff"
+    other = version.files.exclude(pk=binary.pk).first()
+    assert other is not None
+    missing = reverse("admin:skills_skillversion_file", args=[quote(version.pk), other.pk + 1000])
+    assert member.get(missing).status_code == 404
+
 
 # -- scoping ------------------------------------------------------------------------------------------------------
 def test_another_workspaces_content_is_out_of_reach(member: Client, other_tenant: Tenant):
@@ -136,6 +153,10 @@ def test_another_workspaces_content_is_out_of_reach(member: Client, other_tenant
     for url in (content_url(file), f"{content_url(file)}?download=1"):
         response, body = fetched(member, url)
         assert response.status_code in (403, 404) and b"theirs" not in body, url
+    skill_file = version.files.get()
+    download = reverse("admin:skills_skillversion_file", args=[quote(version.pk), skill_file.pk])
+    response, body = fetched(member, download)
+    assert response.status_code in (403, 404) and b"pdf-tools" not in body
     for url in (on(FILES, file.pk), on(SKILL_VERSIONS, version.pk), on(STORES, store["id"])):
         response = member.get(url)
         assert response.status_code in (302, 403, 404) and b"name: pdf-tools" not in response.content, url
