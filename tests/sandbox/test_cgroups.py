@@ -267,6 +267,15 @@ def test_names_are_validated(manager: CgroupManager, name: str) -> None:
         manager.create(name, memory_bytes=MiB, cpus=1, pids=1)
 
 
+def open_files(pid: int) -> list[str]:
+    """What the process's descriptors point at (one closed between the listing and its reading is not held)."""
+    targets = []
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            targets.append(os.readlink(entry))
+    return targets
+
+
 def test_a_process_joins_at_spawn_and_keeps_no_cgroup_descriptor(made: Make, run_in: Spawn) -> None:
     cgroup = made()
     process = run_in(cgroup, SLEEP)
@@ -274,8 +283,7 @@ def test_a_process_joins_at_spawn_and_keeps_no_cgroup_descriptor(made: Make, run
     for controller, directory in cgroup.directories.items():
         assert joined["" if cgroup.kind == "v2" else controller].endswith(f"/{directory.name}")
     assert cgroup.pids() == {process.pid}
-    held = [os.readlink(entry) for entry in Path(f"/proc/{process.pid}/fd").iterdir()]
-    assert not [target for target in held if "cgroup" in target]
+    assert not [target for target in open_files(process.pid) if "cgroup" in target]
 
 
 def test_cpu_quota_holds_two_busy_processes_to_one_core_even_with_affinity_widened(made: Make, run_in: Spawn) -> None:
