@@ -136,6 +136,14 @@ class World:
         return mint_work_secret(work_id=work_id, session_id=session_id or self.session, environment_id=self.env)
 
 
+def assert_sends_refused(client: APIClient, *, own: str, foreign: str) -> None:
+    """A scoped credential sends no user message to its own session, and no tool result to one outside it."""
+    message = {"type": "user.message", "content": TEXT}
+    for session, event in ((own, message), (foreign, TOOL_RESULT)):
+        sent = client.post(f"/v1/sessions/{session}/events", {"events": [event]}, format="json")
+        assert_error(sent, 403, "permission_error")
+
+
 @pytest.fixture
 def world(db) -> World:
     return World(make_tenant("a"), make_tenant("b"))
@@ -257,17 +265,7 @@ def test_environment_key_is_refused_everywhere_else(world, runtime):
     ]
     for url in refused:
         assert_error(client.get(url), 403, "permission_error")
-    message = {"type": "user.message", "content": TEXT}
-    assert_error(
-        client.post(f"/v1/sessions/{world.session}/events", {"events": [message]}, format="json"),
-        403,
-        "permission_error",
-    )
-    assert_error(
-        client.post(f"/v1/sessions/{world.session2}/events", {"events": [TOOL_RESULT]}, format="json"),
-        403,
-        "permission_error",
-    )
+    assert_sends_refused(client, own=world.session, foreign=world.session2)
     assert_error(client.post("/v1/agents", {"name": "x", "model": "m"}, format="json"), 403, "permission_error")
     assert_error(client.post(f"/v1/sessions/{world.session}/archive", {}, format="json"), 403, "permission_error")
     assert_error(client.delete(f"/v1/sessions/{world.session}"), 403, "permission_error")
@@ -354,17 +352,7 @@ def test_work_secret_reaches_its_session_and_nothing_else(world, probe_urls, run
     ]
     for url in refused:
         assert client.get(url).status_code == 403, url
-    message = {"type": "user.message", "content": TEXT}
-    assert_error(
-        client.post(f"/v1/sessions/{world.session}/events", {"events": [message]}, format="json"),
-        403,
-        "permission_error",
-    )
-    assert_error(
-        client.post(f"/v1/sessions/{world.sibling}/events", {"events": [TOOL_RESULT]}, format="json"),
-        403,
-        "permission_error",
-    )
+    assert_sends_refused(client, own=world.session, foreign=world.sibling)
 
 
 def test_work_secret_reads_and_writes_its_sessions_memory_stores(world):

@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,9 +25,9 @@ from registry.runtime.worker import WORK_ITEMS_LIVE, WORK_QUEUE_DEPTH
 from registry.sessions import log
 from registry.workspaces.scoped_credentials import environment_key_issue
 from tests.support.clients import registry_client
+from tests.support.sqlite_rerun import rerun_on_sqlite
 from tests.support.tenants import make_tenant
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -411,18 +408,4 @@ def test_bad_parameters_are_400(queue: Queue) -> None:
 def test_poll_also_works_on_sqlite(tmp_path: Path) -> None:
     """The cases above, again, in a child pytest whose database is SQLite."""
     assert connection.vendor == "postgresql"  # the suite's own run is the PostgreSQL half
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'registry.sqlite3'}",
-        "REGISTRY_TEST_DB_NAME": str(tmp_path / "test.sqlite3"),
-    }
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-k", "not sqlite and not on_postgresql", "-p", "no:randomly"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
-    assert "21 passed" in child.stdout, child.stdout[-2000:]
+    rerun_on_sqlite(__file__, tmp_path, selection="not sqlite and not on_postgresql", passed=21)

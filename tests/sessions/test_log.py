@@ -5,9 +5,6 @@ what only PostgreSQL does (one statement per write, commits that skip the WAL fl
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from decimal import Decimal
@@ -25,6 +22,7 @@ from registry.runtime.eventlog import VisibleLogs
 from registry.sessions import log, notify, services
 from registry.sessions.models import Session, SessionEvent
 from registry.sessions.notify import listen_parameters
+from tests.support.sqlite_rerun import rerun_on_sqlite
 from tests.support.tenants import Tenant
 
 TEXT = [{"type": "text", "text": "hi"}]
@@ -284,19 +282,4 @@ def test_concurrent_appends_all_land_in_order_and_wake_the_runtime_on_postgresql
 def test_every_case_also_holds_on_sqlite(tmp_path: Path) -> None:
     """The cases above, again, in a child pytest whose database is SQLite."""
     assert connection.vendor == "postgresql"  # the suite's own run is the PostgreSQL half
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'registry.sqlite3'}",
-        "REGISTRY_TEST_DB_NAME": str(tmp_path / "test.sqlite3"),
-    }
-    selection = "not postgresql and not sqlite"
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-k", selection, "-p", "no:randomly"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
-    assert "8 passed" in child.stdout, child.stdout[-2000:]
+    rerun_on_sqlite(__file__, tmp_path, selection="not postgresql and not sqlite", passed=8)
