@@ -334,8 +334,6 @@ class Worker:
 
     def _finish(self, lease: Lease, left_for_another: bool) -> None:
         self.keeper.drop(lease)
-        if self.sandboxes is not None:
-            self._destroy_if_ended(lease.session_id)
         try:
             if left_for_another:
                 self._hand_over(lease)
@@ -347,6 +345,10 @@ class Worker:
             LEASES_HELD.dec()
             with self.runners_lock:
                 self.runners.pop(lease.session_id, None)
+            # Only now: an archive notified from here on finds no runner and is queued in `ended`, and one
+            # notified before (to a runner past its last look) has committed, so this read sees it.
+            if self.sandboxes is not None:
+                self._destroy_if_ended(lease.session_id)
             connection.close()
             self.wake.set()
 

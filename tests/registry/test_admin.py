@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 
 from registry.workspaces.models import ApiKey
 from registry.workspaces.selectors import api_key_for_plaintext
+from tests.support.admin_pages import on
 
 
 @pytest.fixture
@@ -24,12 +25,12 @@ def test_pages_render(staff_client, tenant):
     for path in (
         "/admin/",
         "/admin/workspaces/workspace/",
-        f"/admin/workspaces/workspace/{tenant.workspace.id}/change/",
+        on("/admin/workspaces/workspace/", tenant.workspace.id),
         "/admin/workspaces/apikey/",
         "/admin/agents/agent/",
-        f"/admin/agents/agent/{agent['id']}/change/",
+        on("/admin/agents/agent/", agent["id"]),
         "/admin/environments/environment/",
-        f"/admin/environments/environment/{environment['id']}/change/",
+        on("/admin/environments/environment/", environment["id"]),
         "/admin/workspaces/oidcmembership/",
     ):
         response = staff_client.get(path)

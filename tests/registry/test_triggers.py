@@ -10,6 +10,7 @@ import pytest
 from registry.core.serialization import timestamp
 from registry.sessions.models import Session, SessionEvent
 from registry.triggers.schedule import next_fire_after
+from tests.support.admin_pages import on
 from tests.support.api_errors import assert_error
 
 ACTIONS = ("pause", "unpause", "start", "stop", "restart", "archive")
@@ -363,7 +364,7 @@ def test_agent_and_environment_of_another_workspace_are_unknown(body, other_tena
 def test_admin_pages_render(client, trigger, django_user_model):
     django_user_model.objects.create_superuser("staff", "staff@example.com", "pw")
     client.login(username="staff", password="pw")
-    for path in ("/admin/triggers/trigger/", f"/admin/triggers/trigger/{trigger['id']}/change/"):
+    for path in ("/admin/triggers/trigger/", on("/admin/triggers/trigger/", trigger["id"])):
         response = client.get(path)
         assert response.status_code == 200, path
         assert trigger["name"] in response.content.decode()

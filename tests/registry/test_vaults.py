@@ -14,6 +14,7 @@ from registry.gitcreds.models import GitCredential
 from registry.gitcreds.services import token_of
 from registry.vaults.models import VaultCredential
 from registry.vaults.services import secret_of
+from tests.support.admin_pages import on
 from tests.support.api_errors import assert_error, assert_not_found
 from tests.support.clients import registry_client
 from tests.support.tenants import make_tenant
@@ -234,8 +235,8 @@ def test_secret_canary(api, vault, client, caplog):
     User.objects.create_superuser("staff", "s@example.com", "pw")
     client.login(username="staff", password="pw")
     responses += [
-        client.get(f"/admin/vaults/vaultcredential/{credential_id}/change/"),
-        client.get(f"/admin/gitcreds/gitcredential/{git_id}/change/"),
+        client.get(on("/admin/vaults/vaultcredential/", credential_id)),
+        client.get(on("/admin/gitcreds/gitcredential/", git_id)),
         client.get("/admin/vaults/vaultcredential/"),
         client.get("/admin/gitcreds/gitcredential/"),
     ]
