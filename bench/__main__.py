@@ -8,7 +8,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("registry", "sessions", "runtime", "sandbox", "snapshots", "resources", "gateway", "fleet", "work")
+BENCHMARKS = (
+    "registry",
+    "sessions",
+    "runtime",
+    "sandbox",
+    "snapshots",
+    "resources",
+    "gateway",
+    "fleet",
+    "work",
+    "threads",
+)
 
 
 def main() -> None:

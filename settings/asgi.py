@@ -1,6 +1,6 @@
-"""ASGI entry point (daphne): the session event stream and the admin's live feed of a session as Channels
-consumers; the rest of the API, whose views are sync, through Django's WSGI handler in one worker-thread hop
-(registry.core.asgi)."""
+"""ASGI entry point (daphne): the event streams of a session and of its threads and the admin's live feed of a
+session as Channels consumers; the rest of the API, whose views are sync, through Django's WSGI handler in one
+worker-thread hop (registry.core.asgi)."""
 
 import gc
 import importlib
@@ -18,7 +18,7 @@ from django.urls import path, re_path  # noqa: E402
 
 from registry.core.asgi import WsgiApplication, skip_twisted_form_parsing  # noqa: E402
 from registry.sessions.admin_stream import FEED_ROUTE, AdminSessionFeed  # noqa: E402
-from registry.sessions.consumers import SessionStreamConsumer  # noqa: E402
+from registry.sessions.consumers import SessionStreamConsumer, ThreadStreamConsumer  # noqa: E402
 
 django_application = WsgiApplication()
 skip_twisted_form_parsing()
@@ -28,6 +28,7 @@ application = ProtocolTypeRouter(
         "http": URLRouter(
             [
                 path("v1/sessions/<sesn_id:id>/events/stream", SessionStreamConsumer.as_asgi()),
+                path("v1/sessions/<sesn_id:id>/threads/<sthr_id:thread_id>/stream", ThreadStreamConsumer.as_asgi()),
                 re_path(FEED_ROUTE, AuthMiddlewareStack(AdminSessionFeed.as_asgi())),
                 re_path(r"", django_application),  # type: ignore[arg-type]
             ]

@@ -36,7 +36,6 @@ from fakes.model import FakeModel
 DATABASE_NAME = "registry_bench_runtime"
 REDIS_URL = "redis://127.0.0.1:6379/6"
 RESULTS_FILE = Path(__file__).with_name("RESULTS.md")
-MESSAGE = {"type": "user.message", "content": [{"type": "text", "text": "benchmark"}]}
 
 
 def rss_mb(pid: int) -> float:
@@ -47,8 +46,18 @@ def rss_mb(pid: int) -> float:
 
 
 def post(port: int, api_key: str, session_id: str) -> None:
+    post_text(port, api_key, session_id, "benchmark")
+
+
+def post_text(port: int, api_key: str, session_id: str, text: str) -> None:
+    """A `user.message` with `text`, appended through the API."""
+    post_event(port, api_key, session_id, {"type": "user.message", "content": [{"type": "text", "text": text}]})
+
+
+def post_event(port: int, api_key: str, session_id: str, event: dict[str, object]) -> None:
+    """One user event, appended through the API."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    body = json.dumps({"events": [MESSAGE]})
+    body = json.dumps({"events": [event]})
     headers = {"x-api-key": api_key, "content-type": "application/json"}
     connection.request("POST", f"/v1/sessions/{session_id}/events", body=body, headers=headers)
     response = connection.getresponse()

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from registry.agents.models import Agent, AgentVersion
+from registry.agents.multiagent import parse as parse_multiagent
 from registry.core.fields import (
     JsonSchemaObjectField,
     MetadataField,
@@ -211,10 +212,11 @@ class AgentWriteSerializer(StrictSerializer):
         if not self.partial:
             self.fields.pop("version")
 
-    def validate_multiagent(self, value: Any) -> Any:
-        if value is not None and not (isinstance(value, dict) and isinstance(value.get("type"), str)):
-            raise serializers.ValidationError("must be an object with a 'type'.")
-        return value
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # Checked here rather than per field: its errors name their own path (`multiagent.subagents...`).
+        if "multiagent" in attrs:
+            attrs["multiagent"] = parse_multiagent(attrs["multiagent"])
+        return attrs
 
 
 class AgentSerializer(ArchivableObjectSerializer):

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 from rest_framework import serializers
 
+from registry.agents import multiagent
 from registry.agents.models import Agent, AgentVersion
 from registry.core.errors import conflict
 from registry.core.fields import merge_metadata
@@ -113,14 +114,18 @@ def build_spec(values: dict[str, Any], base: dict[str, Any] | None = None) -> di
 def agent_create(*, workspace: Workspace, values: dict[str, Any]) -> Agent:
     spec = build_spec(values)
     check_agent_skills(workspace_id=workspace.pk, skills=spec["skills"])
-    agent = Agent.objects.create(workspace=workspace, name=spec["name"], version=1, spec=spec)
+    agent = Agent(workspace=workspace, name=spec["name"], version=1)  # its id is known before it is saved
+    spec["multiagent"] = multiagent.resolve(spec["multiagent"], workspace_id=workspace.pk, agent_id=agent.pk, version=1)
+    agent.spec = spec
+    agent.save(force_insert=True)
     AgentVersion.objects.create(agent=agent, version=1, spec=spec)
     return agent
 
 
 @transaction.atomic
 def agent_update(*, agent: Agent, values: dict[str, Any]) -> Agent:
-    """Apply a partial update as a new version; `version` in the body must match the current one."""
+    """Apply a partial update as a new version; `version` in the body must match the current one. The
+    agent's own roster entries move with it to the new version."""
     locked = Agent.objects.select_for_update().get(pk=agent.pk)
     expected = values.get("version")
     if expected is not None and expected != locked.version:
@@ -128,9 +133,16 @@ def agent_update(*, agent: Agent, values: dict[str, Any]) -> Agent:
     spec = build_spec(values, base=locked.spec)
     if "skills" in values:
         check_agent_skills(workspace_id=locked.workspace_id, skills=spec["skills"])
+    if "multiagent" in values:  # replaced whole; `self` pinned to the current version, so a resend is a no-op
+        spec["multiagent"] = multiagent.resolve(
+            spec["multiagent"], workspace_id=locked.workspace_id, agent_id=locked.pk, version=locked.version
+        )
     if spec == locked.spec:
         return locked
     locked.version += 1
+    spec["multiagent"] = multiagent.follow_self(
+        spec.get("multiagent"), agent_id=locked.pk, previous=locked.version - 1, saved=locked.version
+    )
     locked.spec = spec
     locked.name = spec["name"]
     locked.save(update_fields=["version", "spec", "name", "updated_at"])

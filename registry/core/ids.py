@@ -18,6 +18,7 @@ PREFIXES = (
     "sesn",
     "sesrsc",
     "sevt",
+    "sthr",
     "env",
     "file",
     "mems",

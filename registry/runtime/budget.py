@@ -8,7 +8,8 @@ a model that has such a price (`model_not_budgetable`); once its tracked list co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -49,6 +50,8 @@ class BudgetMeter:
 
     limit: Decimal | None
     spent: Decimal
+    # A session's threads share its meter: their charges add up under this lock.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def for_session(cls, session: Session) -> BudgetMeter:
@@ -59,7 +62,8 @@ class BudgetMeter:
         """The list cost of one call (zero when the model has no price), added to what is spent."""
         price = list_price(provider=PROVIDER, model=model)
         cost = list_cost(price, usage) if price else Decimal(0)
-        self.spent += cost
+        with self._lock:
+            self.spent += cost
         return cost
 
     def reached(self) -> bool:

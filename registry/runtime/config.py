@@ -43,6 +43,9 @@ class RuntimeSettings:
     tool_result_max_chars: int = field(default=50_000, metadata=_env("REGISTRY_TOOL_RESULT_MAX_CHARS"))
     # Compactions in a row, without the model producing a message or a tool call in between.
     max_compactions: int = 3
+    # Multi-agent sessions: child threads per session, and how deep threads may spawn threads.
+    session_max_threads: int = field(default=32, metadata=_env("REGISTRY_SESSION_MAX_THREADS"))
+    thread_max_depth: int = field(default=3, metadata=_env("REGISTRY_THREAD_MAX_DEPTH"))
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> RuntimeSettings:

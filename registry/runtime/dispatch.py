@@ -17,9 +17,11 @@ from registry.runtime.credentials import bearer_for
 from registry.runtime.observer import ToolWatch
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
+from registry.runtime.threads import ThreadTools
 from registry.runtime.tools import BuiltinEntry, McpEntry, ToolCatalog, build_catalog, builtin_tools_for
 from registry.runtime.transcript import INTERRUPTED_RESULT, answered_calls
 from registry.runtime.writer import TurnLog
+from registry.sandbox.toolset import ToolOutcome
 from registry.sessions.models import SessionEvent
 
 DENIED_RESULT = "The user denied this tool call."
@@ -36,6 +38,8 @@ class ToolDispatch:
     checkpoints: Checkpoints
     sandbox: SandboxUse
     auth: Callable[[], dict[str, str]]
+    # The multi-agent tools of this thread (spawn, message, wait, advisor): the runtime answers them itself.
+    own: ThreadTools | None = None
     _catalog: ToolCatalog | None = None
 
     def new_turn(self) -> None:
@@ -55,6 +59,8 @@ class ToolDispatch:
                 own_sandbox=self.sandbox.backend is not None, client_runs=self.session.client_runs_builtin
             )
             self._catalog = build_catalog(self.session.agent, list_tools, builtin=builtin)
+            if self.own is not None:
+                self._catalog.add_runtime_tools(self.own.definitions())
             self.sandbox.report_missing()
             for server_name, failure in self._catalog.failures:
                 self.turn.error(failure.kind, failure.message, retry="exhausted", mcp_server_name=server_name)
@@ -66,7 +72,9 @@ class ToolDispatch:
         a disabled built-in tool is denied at once; any other name is a custom tool for the client."""
         catalog = self.catalog()
         call = {"name": block["name"], "input": block.get("input") or {}}
-        entry: McpEntry | BuiltinEntry | None = catalog.mcp.get(block["name"]) or catalog.builtin.get(block["name"])
+        entry: McpEntry | BuiltinEntry | None = (
+            catalog.mcp.get(block["name"]) or catalog.builtin.get(block["name"]) or catalog.runtime.get(block["name"])
+        )
         if block["name"] in catalog.disabled_builtin:
             denied = self.turn.emit("agent.tool_use", {**call, "evaluated_permission": "deny", "evaluation": None})
             message = f"The {block['name']} tool is disabled for this agent."
@@ -99,9 +107,20 @@ class ToolDispatch:
             self.checkpoints.check()
             watch = ToolWatch()
             with self.turn.observer.tool(call.body["name"], watch):
-                outcome = self.sandbox.run(call) if call.type == "agent.tool_use" else self._call_mcp(call)
+                outcome = self._run(call)
                 watch.is_error = outcome.is_error
             self.turn.tool_result(call, outcome.content, is_error=outcome.is_error)
+
+    def _run(self, call: SessionEvent) -> ToolOutcome | mcp_client.McpToolOutcome:
+        if call.type != "agent.tool_use":
+            return self._call_mcp(call)
+        if self.own is not None and self.runs_itself(call):
+            return self.own.run(call)
+        return self.sandbox.run(call)
+
+    def runs_itself(self, call: SessionEvent) -> bool:
+        """A call of this thread's multi-agent tools (never sent to an environment worker)."""
+        return self.own is not None and call.type == "agent.tool_use" and call.body["name"] in self.own.handlers
 
     def _call_mcp(self, call: SessionEvent) -> mcp_client.McpToolOutcome:
         servers = {server["name"]: server["url"] for server in self.session.agent.get("mcp_servers") or []}

@@ -243,7 +243,9 @@ class ModelClient:
         self.url = base_url.rstrip("/") + "/v1/messages"
         self.headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         timeout = httpx.Timeout(config.model_timeout_seconds, connect=10.0)
-        limits = httpx.Limits(max_connections=pool_size + 4, max_keepalive_connections=pool_size)
+        # No cap on connections: concurrent calls are bounded by the sessions a worker runs and their threads
+        # (REGISTRY_SESSION_MAX_THREADS each); a cap would queue a session's threads behind each other.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=pool_size)
         self.http = httpx.Client(timeout=timeout, limits=limits)
 
     def close(self) -> None:

@@ -4,11 +4,12 @@ limits and budget, and compaction when the transcript outgrows the context windo
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from registry.runtime import context
 from registry.runtime.checkpoints import Checkpoints, TurnEnded, TurnInterrupted
@@ -18,7 +19,7 @@ from registry.runtime.model import ModelClient, ModelError, ModelResponse, reque
 from registry.runtime.previews import PreviewPublisher
 from registry.runtime.running import RunningSession
 from registry.runtime.sandboxing import SandboxUse
-from registry.runtime.transcript import BOUNDARY_TYPES, TOOL_USE_TYPES, build_messages, latest_compaction
+from registry.runtime.transcript import TOOL_USE_TYPES, build_messages, latest_compaction, turn_boundary
 from registry.runtime.writer import TurnLog, span_usage
 from registry.sessions import log
 from registry.sessions.models import Session, SessionEvent
@@ -39,6 +40,8 @@ class ModelStep:
     checkpoints: Checkpoints
     tools: ToolDispatch
     sandbox: SandboxUse
+    # A child thread's id: its previews are its streams'; None for the primary thread (the session's).
+    thread_id: str | None = None
 
     def messages(self, events: list[SessionEvent]) -> list[dict[str, Any]]:
         return build_messages(events, tool_result_limit=self.config.tool_result_max_chars)
@@ -63,8 +66,7 @@ class ModelStep:
 
     def enforce_limits(self, events: list[SessionEvent]) -> None:
         """Before a model call: the turn's model and tool call counts, and the session's budget."""
-        boundary = max((i for i, event in enumerate(events) if event.type in BOUNDARY_TYPES), default=-1)
-        turn = events[boundary + 1 :]
+        turn = events[turn_boundary(events) + 1 :]
         model_calls = sum(1 for event in turn if event.type == "span.model_request_start")
         tool_calls = sum(1 for event in turn if event.type in TOOL_USE_TYPES)
         limits = self.config
@@ -93,23 +95,35 @@ class ModelStep:
         return spoken > 0
 
     def _stream(self, request: dict[str, Any]) -> ModelResponse:
-        previews = PreviewPublisher(self.session.session_id, self.checkpoints.check)
+        """The streamed answer, read in a thread this one watches (`Checkpoints.wait_for`): an interrupt, an
+        archive or a halt stops the turn at once, even while the model has sent nothing yet. The abandoned
+        read stops at its next stream event."""
+        abandoned = threading.Event()
+
+        def abandon_if_left() -> None:
+            if abandoned.is_set():
+                raise TurnInterrupted([])
+
+        previews = PreviewPublisher(self.session.session_id, abandon_if_left, self.thread_id)
         auth = self.auth()  # may read the signing key: before the connection is given back
-        connection.close()  # no connection is held while the model writes
-        response = self.model.stream(request, previews, auth)
+        try:
+            response = self.checkpoints.wait_for(lambda: self.model.stream(request, previews, auth))
+        finally:
+            abandoned.set()
         response.event_ids = previews.event_ids
         return response
 
     def create(self, request: dict[str, Any]) -> ModelResponse:
         """A non-streaming model call that an interrupt abandons (compaction summaries, the grader)."""
-        return self.call(lambda: self._create_once(request))
+        return self.call(lambda: self._create_once(request), model=request["model"])
 
     def _create_once(self, request: dict[str, Any]) -> ModelResponse:
         auth = self.auth()
         return self.checkpoints.wait_for(lambda: self.model.create(request, auth))
 
-    def call(self, attempt: Callable[[], ModelResponse]) -> ModelResponse:
-        """One model call with retries and backoff (status `rescheduling` while waiting to retry)."""
+    def call(self, attempt: Callable[[], ModelResponse], *, model: str | None = None) -> ModelResponse:
+        """One model call with retries and backoff (status `rescheduling` while waiting to retry); its cost
+        is priced at `model` (the thread's by default)."""
         for number in range(1, self.config.model_attempts + 1):
             self.checkpoints.lease.check()
             start = self.turn.emit("span.model_request_start", {}, flush=False)
@@ -127,7 +141,7 @@ class ModelStep:
                 self.checkpoints.sleep(max(self.config.backoff(number), failure.retry_after or 0.0))
                 continue
             self._end_span(start, response.usage, is_error=False)
-            cost = self.session.budget.charge(self.session.model_id, response.usage)
+            cost = self.session.budget.charge(model or self.session.model_id, response.usage)
             self.turn.add_usage(response.usage, list_cost_usd=cost)
             self.turn.set_status(Status.RUNNING)
             return response

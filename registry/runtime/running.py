@@ -29,6 +29,7 @@ class RunningSession:
 
     session_id: str
     workspace_id: str
+    agent_id: str
     agent: dict[str, Any]
     vault_ids: list[str]
     resources: list[dict[str, Any]]
@@ -54,6 +55,7 @@ class RunningSession:
         return cls(
             session_id=session_id,
             workspace_id=session.workspace_id,
+            agent_id=session.agent_id,
             agent=agent,
             vault_ids=list(session.vault_ids),
             resources=list(session.resources),

@@ -60,6 +60,18 @@ class ToolCatalog:
     disabled_builtin: set[str] = field(default_factory=set)
     mcp: dict[str, McpEntry] = field(default_factory=dict)
     failures: list[tuple[str, McpUnavailable]] = field(default_factory=list)
+    # Tools the runtime answers itself (a thread's multi-agent tools), with their definitions.
+    runtime: dict[str, BuiltinEntry] = field(default_factory=dict)
+    runtime_definitions: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_runtime_tools(self, definitions: list[dict[str, Any]]) -> None:
+        """Always allowed; they shadow a custom or MCP tool of the same name."""
+        for definition in definitions:
+            name = definition["name"]
+            self.custom.pop(name, None)
+            self.mcp.pop(name, None)
+            self.runtime[name] = BuiltinEntry(policy="always_allow", name=name)
+        self.runtime_definitions.extend(definitions)
 
     def model_tools(self) -> list[dict[str, Any]]:
         """The `tools` of a vendor-B request."""
@@ -68,6 +80,7 @@ class ToolCatalog:
             for name, tool in self.custom.items()
         ]
         tools.extend(model_definition(name) for name in self.builtin)
+        tools.extend(self.runtime_definitions)
         tools.extend(
             {"name": name, "description": entry.tool.description, "input_schema": entry.tool.input_schema}
             for name, entry in self.mcp.items()

@@ -11,6 +11,7 @@ from typing import Any
 
 from registry.runtime.context import COMPACTED_TYPE, SUMMARY_PREFIX, truncate_middle
 from registry.sessions.models import SessionEvent
+from registry.sessions.thread_log import DELIVERED_FIELD
 
 # Events after which earlier unanswered tool calls no longer hold the turn up.
 BOUNDARY_TYPES = ("user.message", "user.define_outcome", "user.interrupt")
@@ -107,6 +108,8 @@ def build_messages(events: list[SessionEvent], *, tool_result_limit: int = 0) ->
             builder.user_content(body["content"])
         elif event.type == "user.define_outcome":
             builder.user_content(outcome_content(body))
+        elif is_thread_input(event):
+            builder.user_content(body["content"])
         elif event.type == "span.outcome_evaluation_end" and body.get("result") == "needs_revision":
             builder.user_content([{"type": "text", "text": feedback_prompt(body)}])
         elif event.type == "agent.message":
@@ -117,6 +120,18 @@ def build_messages(events: list[SessionEvent], *, tool_result_limit: int = 0) ->
         elif event.type in TOOL_RESULT_FIELDS:
             builder.tool_result(body.get(TOOL_RESULT_FIELDS[event.type]), body.get("content"), body.get("is_error"))
     return builder.messages
+
+
+def is_thread_input(event: SessionEvent) -> bool:
+    """A message another thread sent this one, to be read by its model (a reply the parent was handed by a
+    tool result is only shown)."""
+    return event.type == "agent.thread_message_received" and not event.body.get(DELIVERED_FIELD)
+
+
+def turn_boundary(events: list[SessionEvent]) -> int:
+    """The index of the input that started the current turn (-1: none)."""
+    starts = (index for index, event in enumerate(events) if event.type in BOUNDARY_TYPES or is_thread_input(event))
+    return max(starts, default=-1)
 
 
 def latest_compaction(events: list[SessionEvent]) -> int | None:
@@ -157,7 +172,7 @@ def answered_calls(events: list[SessionEvent]) -> set[str]:
 
 def tool_work(events: list[SessionEvent]) -> ToolWork:
     """Calls after the last turn boundary that no result answers yet."""
-    boundary = max((index for index, event in enumerate(events) if event.type in BOUNDARY_TYPES), default=-1)
+    boundary = turn_boundary(events)
     answered = answered_calls(events)
     confirmations = {event.body["tool_use_id"]: event for event in events if event.type == "user.tool_confirmation"}
     work = ToolWork()

@@ -82,10 +82,14 @@ class TurnLog:
 
     def tool_result(self, call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> None:
         """The answer to a built-in or MCP tool call."""
-        if call.type == "agent.tool_use":
-            self.emit("agent.tool_result", {"tool_use_id": call.id, "content": content, "is_error": is_error})
-        else:
-            self.emit("agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error})
+        self.emit(*result_event(call, content, is_error=is_error))
+
+
+def result_event(call: SessionEvent, content: list[dict[str, Any]], *, is_error: bool) -> tuple[str, dict[str, Any]]:
+    """The type and body of the runtime's answer to a built-in or MCP tool call."""
+    if call.type == "agent.tool_use":
+        return "agent.tool_result", {"tool_use_id": call.id, "content": content, "is_error": is_error}
+    return "agent.mcp_tool_result", {"mcp_tool_use_id": call.id, "content": content, "is_error": is_error}
 
 
 def fail_turn(lease: Lease, message: str, *, retry: str) -> None:

@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import formats, timezone
 
-from registry.sessions.models import Session
+from registry.sessions.models import Session, SessionThread
 from registry.sessions.selectors import duration_seconds
 
 Status = Session.Status
@@ -19,12 +19,13 @@ REQUIRES_ACTION_LABEL = "Requires action"
 WAITING_ON_STAFF = Q(status=Status.IDLE, stop_reason__type=REQUIRES_ACTION)
 
 
-def requires_action(session: Session) -> bool:
+def requires_action(session: Session | SessionThread) -> bool:
     """Idle until someone answers: its turn stopped on calls that need a confirmation or a result."""
     return session.status == Status.IDLE and (session.stop_reason or {}).get("type") == REQUIRES_ACTION
 
 
-def status_label(session: Session) -> str:
+def status_label(session: Session | SessionThread) -> str:
+    """The status as staff read it (a thread's too)."""
     return REQUIRES_ACTION_LABEL if requires_action(session) else str(Status(session.status).label)
 
 

@@ -92,8 +92,8 @@ class AdminSessionFeed(AsyncHttpConsumer):
             self.wake.clear()
             await self.write(WAKE)
 
-    async def on_delta(self, event_type: str, frame: dict[str, Any]) -> None:
-        if event_type == PREVIEWED:
+    async def on_delta(self, event_type: str, frame: dict[str, Any], thread_id: str | None) -> None:
+        if event_type == PREVIEWED and thread_id is None:  # the page previews the primary thread's messages
             await self.write(sse_frame(frame))
 
     async def write(self, data: bytes) -> None:

@@ -1,8 +1,10 @@
-"""`GET /v1/sessions/{id}/events/stream`: the Server-Sent Events stream, as a Channels consumer.
+"""`GET /v1/sessions/{id}/events/stream` and `GET /v1/sessions/{id}/threads/{thread_id}/stream`: the
+Server-Sent Events streams of a session and of one of its threads, as Channels consumers.
 
-The database is the truth: the stream replays from the cursor, then reads the database again on
-every wake-up from the channel layer and on a timer, so a lost wake-up (or Redis gone) only
-delays an event. It ends when the client goes away or after the session's terminal event.
+Both are one consumer following a log (`stream_logs`): the session's (its primary thread's) or a child
+thread's. The database is the truth: the stream replays from the cursor, then reads the database again on
+every wake-up from the channel layer (the session's, for all its threads) and on a timer, so a lost wake-up
+(or Redis gone) only delays an event. It ends when the client goes away or after the log's terminal event.
 """
 
 from __future__ import annotations
@@ -23,16 +25,15 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.views import APIView
 
 from registry.core.callers import Caller, scoped_access
-from registry.core.errors import ErrorType, error_body
+from registry.core.errors import ApiError, ErrorType, error_body
 from registry.core.ids import new_id
 from registry.sessions import notify, selectors
 from registry.sessions.events import DELTA_TYPES
-from registry.sessions.models import Session
+from registry.sessions.models import Session, SessionThread
+from registry.sessions.stream_logs import log_of
 from registry.sessions.tail import sse_frame, tail_for
 
 logger = logging.getLogger(__name__)
-
-TERMINAL_TYPE = "session.status_terminated"
 
 
 def parse_cursor(raw: str | None, name: str) -> int | None:
@@ -43,11 +44,15 @@ def parse_cursor(raw: str | None, name: str) -> int | None:
     return int(raw)
 
 
-class SessionStreamConsumer(AsyncHttpConsumer):
-    """One SSE connection. The channel layer is reached through the session's tail, so a layer failure
-    never ends the stream."""
+class EventStreamConsumer(AsyncHttpConsumer):
+    """One SSE connection following one log: the subclass finds what it follows (`followed`). The channel layer
+    is reached through the session's tail, so a layer failure never ends the stream."""
 
     channel_layer_alias = None  # the tail subscribes once per session and survives layer outages
+
+    def followed(self, principal: Caller, route: dict[str, Any]) -> Session | SessionThread:
+        """The session or child thread the route names, if the caller may read it (else `StreamRefused`)."""
+        raise NotImplementedError
 
     async def http_request(self, message: dict[str, Any]) -> None:
         if message.get("more_body"):
@@ -75,9 +80,9 @@ class SessionStreamConsumer(AsyncHttpConsumer):
         headers = {name.decode("latin1").lower(): value.decode("latin1") for name, value in self.scope["headers"]}
         query = parse_qs(self.scope.get("query_string", b"").decode())
         principal = await authenticate(headers)
-        session_id = self.scope["url_route"]["kwargs"]["id"]
-        session = await database_sync_to_async(find_session)(principal, session_id)
-        self.session_id = session_id
+        route = self.scope["url_route"]["kwargs"]
+        self.log = log_of(await database_sync_to_async(self.followed)(principal, route))
+        self.session_id = route["id"]
         self.native = bool(headers.get("native-beta", "").strip())
         self.deltas = set(query.get("event_deltas", []) + query.get("event_deltas[]", []))
         unknown = self.deltas - set(DELTA_TYPES)
@@ -89,11 +94,11 @@ class SessionStreamConsumer(AsyncHttpConsumer):
                 cursor = parse_cursor((query.get("from_cursor") or [None])[0], "from_cursor")
         except ValueError as error:
             raise StreamRefused(400, ErrorType.INVALID_REQUEST, str(error)) from None
-        self.last_seq = (cursor - 1) if cursor is not None else session.last_seq
-        self.tail = tail_for(session_id)
+        self.last_seq = (cursor - 1) if cursor is not None else self.log.start_seq
+        self.tail = tail_for(self.session_id)
         notify.register_consumer_loop()
         if cursor is None:
-            await self.tail.seed(session.last_seq)
+            await self.log.seed()
         self.last_write = time.monotonic()
         self.wake = asyncio.Event()
         self.send_lock = asyncio.Lock()
@@ -142,17 +147,18 @@ class SessionStreamConsumer(AsyncHttpConsumer):
             await self.finish()
 
     async def catch_up(self, *, max_age: float) -> bool:
-        """Send every event after the last sent seq; True once the terminal event went out."""
+        """Send every event after the last sent seq; True once the terminal event went out (or the log ended)."""
         visible = selectors.visible_types(native=self.native)
+        log = self.log
         while True:
-            batch = await self.tail.events_after(self.last_seq, max_age=max_age)
+            batch = await log.events_after(self.last_seq, max_age=max_age)
             if not batch:
-                return False
+                return log.ended()
             for event in batch:
                 if event.type in visible:
-                    await self.write(self.tail.frame(event, native=self.native))
+                    await self.write(log.frame(event, native=self.native))
                 self.last_seq = event.seq or self.last_seq
-                if event.type == TERMINAL_TYPE:
+                if event.type == log.terminal_type:
                     return True
             max_age = float("inf")  # the rest of this catch-up may come from what is cached
 
@@ -166,9 +172,23 @@ class SessionStreamConsumer(AsyncHttpConsumer):
             await self.send_body(b"", more_body=False)
 
     # -- deltas, fanned out by the tail ---------------------------------------------------------
-    async def on_delta(self, event_type: str, frame: dict[str, Any]) -> None:
-        if event_type in self.deltas:
+    async def on_delta(self, event_type: str, frame: dict[str, Any], thread_id: str | None) -> None:
+        if event_type in self.deltas and self.log.previews(thread_id):
             await self.write(sse_frame(frame))
+
+
+class SessionStreamConsumer(EventStreamConsumer):
+    """`GET /v1/sessions/{id}/events/stream`."""
+
+    def followed(self, principal: Caller, route: dict[str, Any]) -> Session | SessionThread:
+        return find_session(principal, route["id"])
+
+
+class ThreadStreamConsumer(EventStreamConsumer):
+    """`GET /v1/sessions/{id}/threads/{thread_id}/stream`: the primary thread's is the session's stream."""
+
+    def followed(self, principal: Caller, route: dict[str, Any]) -> Session | SessionThread:
+        return find_thread(principal, route["id"], route["thread_id"])
 
 
 class StreamRefused(Exception):
@@ -219,3 +239,12 @@ def find_session(principal: Caller, session_id: str) -> Session:
     if session is None:
         raise StreamRefused(404, ErrorType.NOT_FOUND, f"Session {session_id} not found.")
     return session
+
+
+def find_thread(principal: Caller, session_id: str, thread_id: str) -> Session | SessionThread:
+    """The thread of a session the caller may read: the session itself for its primary thread."""
+    session = find_session(principal, session_id)
+    try:
+        return selectors.thread_in_session(session, thread_id)
+    except ApiError as error:
+        raise StreamRefused(error.status_code, error.error_type, error.message) from None

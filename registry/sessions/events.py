@@ -43,6 +43,14 @@ PORTABLE_TYPES = frozenset(
         "session.status_rescheduled",
         "session.status_terminated",
         "session.error",
+        # A session's threads (`thread_log`): in the parent's log, the thread's own, and cross-posted to the primary's.
+        "session.thread_created",
+        "session.thread_status_running",
+        "session.thread_status_idle",
+        "session.thread_status_rescheduled",
+        "session.thread_status_terminated",
+        "agent.thread_message_sent",
+        "agent.thread_message_received",
     }
 )
 NATIVE_ONLY_TYPES = frozenset(

@@ -1,4 +1,4 @@
-"""List filters for sessions and events."""
+"""List filters for sessions, events and threads."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 
 from registry.core.filters import UtcDateTimeFilter
 from registry.sessions.events import PUBLIC_TYPES
-from registry.sessions.models import Session, SessionEvent
+from registry.sessions.models import Session, SessionEvent, SessionThread
 
 
 class SessionFilter(django_filters.FilterSet):
@@ -43,4 +43,12 @@ class EventFilter(django_filters.FilterSet):
 
     class Meta:
         model = SessionEvent
+        fields: list[str] = []
+
+
+class ThreadFilter(django_filters.FilterSet):
+    statuses = django_filters.MultipleChoiceFilter(field_name="status", choices=SessionThread.Status.choices)
+
+    class Meta:
+        model = SessionThread
         fields: list[str] = []

@@ -98,9 +98,9 @@ def _check_fence(session_id: str, found: Session | None, fence: Fence | None) ->
         raise LeaseLost(f"session {session_id} is no longer held by {fence.owner} (token {fence.token})")
 
 
-def _lock(session_id: str, fence: Fence | None) -> Session:
+def locked(session_id: str, fence: Fence | None) -> Session:
     """Lock the session row (the caller is in a transaction); a fenced write is refused unless its fence
-    still holds the session."""
+    still holds the session. The threads' log (`thread_log`) takes it first too."""
     rows = Session.objects.select_for_update().only("last_seq", "status", "lease_owner", "lease_token")
     found = rows.filter(pk=session_id).first()
     _check_fence(session_id, found, fence)
@@ -330,7 +330,7 @@ def acknowledge(*, session_id: str, event_ids: list[str], fence: Fence | None = 
         acknowledged = int(row[0])
     else:
         with transaction.atomic():
-            seq = _lock(session_id, fence).last_seq + 1
+            seq = locked(session_id, fence).last_seq + 1
             pending = SessionEvent.objects.filter(session_id=session_id, pk__in=event_ids, seq__isnull=True)
             numbered = list(pending.order_by("created_at", "id"))
             for offset, event in enumerate(numbered):
@@ -387,7 +387,7 @@ def emit(
             _refused(session_id, fence)
     else:
         with transaction.atomic():
-            _insert_locked(event, _lock(session_id, fence))
+            insert_locked(event, locked(session_id, fence))
     notify.wake_after_commit(session_id)
     return event
 
@@ -421,13 +421,13 @@ def transition(
         notify.wake_after_commit(session_id)
         return event
     with transaction.atomic():
-        locked = _lock(session_id, fence)
-        if locked.status == Status.TERMINATED:
+        row = locked(session_id, fence)
+        if row.status == Status.TERMINATED:
             raise SessionTerminated(f"session {session_id} is terminated")
-        if status == locked.status:
+        if status == row.status:
             return None
-        if status not in TRANSITIONS[locked.status]:
-            raise ValueError(f"session {session_id}: no transition from {locked.status} to {status}")
+        if status not in TRANSITIONS[row.status]:
+            raise ValueError(f"session {session_id}: no transition from {row.status} to {status}")
         fields: dict[str, Any] = {"status": status, "stop_reason": stop_reason}
         if status == Status.TERMINATED:
             fields.update(lease_owner=None, lease_expires_at=None)
@@ -435,8 +435,12 @@ def transition(
             work.work_stop_for_session(session_id=session_id)  # a self-hosted worker is told to stop
         if status == Status.IDLE:
             fields["turn_attempts"] = 0
+        if status == Status.TERMINATED:
+            from registry.sessions import thread_log
+
+            thread_log.terminate_all(row)  # its threads end with it, each saying so, before its own terminal event
         Session.objects.filter(pk=session_id).update(**fields)
-        _insert_locked(event, locked)
+        insert_locked(event, row)
     notify.wake_after_commit(session_id)
     return event
 
@@ -449,12 +453,12 @@ def _visible_event(session_id: str, type: str, body: dict[str, Any], event_id: s
     return event
 
 
-def _insert_locked(event: SessionEvent, locked: Session) -> None:
+def insert_locked(event: SessionEvent, session: Session) -> None:
     """The event with the next `seq` of the session whose row the caller has locked."""
-    event.seq = locked.last_seq + 1
+    event.seq = session.last_seq + 1
     event.save(force_insert=True)
     Session.objects.filter(pk=event.session_id).update(last_seq=event.seq, updated_at=event.processed_at)
-    locked.last_seq = event.seq
+    session.last_seq = event.seq
 
 
 def _emit_in_one_statement(
@@ -487,6 +491,18 @@ def _emit_in_one_statement(
 
 
 # -- what a session has used and how its outcomes stand -----------------------------------------------
+def summed_usage(totals: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
+    """Usage totals with a model call's usage (the provider's shape) added."""
+    totals = {**EMPTY_USAGE, **totals}
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
+        totals[key] = totals.get(key, 0) + int(usage.get(key) or 0)
+    creation = dict(totals.get("cache_creation") or {})
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    creation["ephemeral_5m_input_tokens"] = creation.get("ephemeral_5m_input_tokens", 0) + written
+    totals["cache_creation"] = creation
+    return totals
+
+
 @transaction.atomic
 def add_usage(
     *,
@@ -497,16 +513,9 @@ def add_usage(
     fence: Fence | None = None,
 ) -> None:
     """Accumulate a model call's token usage and list cost, and the turn's active time."""
-    _lock(session_id, fence)
+    locked(session_id, fence)
     session = Session.objects.only("usage", "active_seconds", "list_cost_usd", "updated_at").get(pk=session_id)
-    totals = {**EMPTY_USAGE, **session.usage}
-    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
-        totals[key] = totals.get(key, 0) + int(usage.get(key) or 0)
-    creation = dict(totals.get("cache_creation") or {})
-    written = int(usage.get("cache_creation_input_tokens") or 0)
-    creation["ephemeral_5m_input_tokens"] = creation.get("ephemeral_5m_input_tokens", 0) + written
-    totals["cache_creation"] = creation
-    session.usage = totals
+    session.usage = summed_usage(session.usage, usage)
     session.active_seconds += active_seconds
     session.list_cost_usd += list_cost_usd
     session.save(update_fields=["usage", "active_seconds", "list_cost_usd", "updated_at"])
@@ -515,7 +524,7 @@ def add_usage(
 @transaction.atomic
 def record_evaluation(*, session_id: str, evaluation: dict[str, Any], fence: Fence | None = None) -> None:
     """Set an outcome's evaluation: one entry per outcome, holding its latest state."""
-    _lock(session_id, fence)
+    locked(session_id, fence)
     session = Session.objects.only("outcome_evaluations", "updated_at").get(pk=session_id)
     kept = [item for item in session.outcome_evaluations if item.get("outcome_id") != evaluation["outcome_id"]]
     session.outcome_evaluations = [*kept, evaluation]

@@ -141,3 +141,64 @@ class WorkPoller(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker_id}@{self.environment_id}"
+
+
+class SessionThread(models.Model):
+    """A child thread of a session: another agent run by the session's runtime in the same sandbox.
+
+    The primary thread has no row: it is the session itself, under the id `primary_thread_id(session)`.
+    A child thread's events are `ThreadEvent` rows with their own gap-free `seq`, allocated under this
+    row's lock (taken after the session row's, which fences every runtime write of the session).
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        IDLE = "idle"
+        RESCHEDULING = "rescheduling"
+        TERMINATED = "terminated"
+
+    id = public_id_field("sthr")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="threads")
+    parent_thread_id = models.CharField(max_length=64)
+    depth = models.PositiveSmallIntegerField(default=1)
+    agent_name = models.CharField(max_length=256)
+    agent = models.JSONField(help_text="The agent the thread runs, as snapshotted when it was created.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
+    stop_reason = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    active_seconds = models.FloatField(default=0.0)
+    list_cost_usd = models.DecimalField(max_digits=16, decimal_places=8, default=0)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "created_at", "id"], name="session_thread_list_idx")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ThreadEvent(models.Model):
+    """One event of a child thread's log (the primary thread's are the session's `SessionEvent` rows)."""
+
+    id = public_id_field("sevt")
+    thread = models.ForeignKey(SessionThread, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=64)
+    body = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    processed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["thread", "seq"], name="thread_event_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.seq} {self.type}"
+
+
+def primary_thread_id(session_id: str) -> str:
+    """The primary thread's id: the session's random part under the thread prefix."""
+    return "sthr_" + session_id.split("_", 1)[1]

@@ -183,6 +183,14 @@ def wake_after_commit(session_id: str) -> None:
     transaction.on_commit(lambda: _send(session_id, {"type": "session.wakeup"}))
 
 
-def publish_delta(session_id: str, event_type: str, frame: dict[str, Any]) -> None:
-    """A preview frame (`event_start`/`event_delta`) for streams that asked for `event_type`."""
-    _send(session_id, {"type": "session.delta", "event_type": event_type, "frame": frame})
+# Names the child thread whose stream a preview frame is for (absent: the session's, the primary thread's).
+DELTA_THREAD_FIELD = "thread_id"
+
+
+def publish_delta(session_id: str, event_type: str, frame: dict[str, Any], thread_id: str | None = None) -> None:
+    """A preview frame (`event_start`/`event_delta`) for streams that asked for `event_type`; a child
+    thread's (`thread_id`) is for that thread's streams only."""
+    message = {"type": "session.delta", "event_type": event_type, "frame": frame}
+    if thread_id is not None:
+        message[DELTA_THREAD_FIELD] = thread_id
+    _send(session_id, message)

@@ -1,5 +1,6 @@
 """Reads for sessions: the public part of a resource, events in either dialect, the outcome, the stream's
-reads, the tool calls awaiting confirmation, a session's duration, and the search of the sessions."""
+reads, the tool calls awaiting confirmation, a session's (or thread's) duration, the search of the sessions, and
+a session's threads."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from registry.core.errors import not_found
-from registry.sessions import log
+from registry.sessions import log, thread_log
 from registry.sessions.events import NATIVE_BETA_FIELD, PORTABLE_TYPES, PUBLIC_TYPES, TOOL_ANSWER_FIELDS
-from registry.sessions.models import Session, SessionEvent
+from registry.sessions.models import Session, SessionEvent, SessionThread, ThreadEvent, primary_thread_id
 
 PUBLIC_RESOURCE_FIELDS = ("sealed_authorization_token",)
 
@@ -79,8 +80,8 @@ def answers_to(session_id: str, call_ids: list[str]) -> list[SessionEvent]:
     return list(answers.order_by("created_at", "id"))
 
 
-def duration_seconds(session: Session) -> float:
-    """From creation to archival or termination, or until now for a session still live."""
+def duration_seconds(session: Session | SessionThread) -> float:
+    """From creation to archival or termination, or until now for a session (or thread) still live."""
     finished = session.archived_at or (session.updated_at if session.status == Session.Status.TERMINATED else None)
     return ((finished or timezone.now()) - session.created_at).total_seconds()
 
@@ -183,3 +184,33 @@ def sent_natively(event: SessionEvent) -> bool:
 def sessions_with_work_count() -> int:
     """Sessions with work that no worker holds."""
     return Session.objects.filter(log.with_work()).count()
+
+
+# -- a session's threads: the primary thread is the session itself, a child thread has its own row and log ------
+def thread_in_session(session: Session, thread_id: str) -> Session | SessionThread:
+    """The thread `thread_id` of `session`: the session itself for its primary thread, else the child thread's row
+    (another session's thread is not found, as an unknown one)."""
+    if thread_id == primary_thread_id(session.pk):
+        return session
+    thread = SessionThread.objects.filter(session=session, pk=thread_id).first()
+    if thread is None:
+        raise not_found(f"Session {session.pk} has no thread {thread_id}.")
+    return thread
+
+
+def child_threads(session: Session) -> QuerySet[SessionThread]:
+    return SessionThread.objects.filter(session=session)
+
+
+def thread_events_visible(*, thread: SessionThread, native: bool) -> QuerySet[ThreadEvent]:
+    """A child thread's events the caller's dialect may see (every one is processed when written)."""
+    return ThreadEvent.objects.filter(thread=thread, type__in=visible_types(native=native))
+
+
+def thread_events_after(thread: SessionThread, after_seq: int, limit: int) -> tuple[list[SessionEvent], bool]:
+    """The stream's read of a child thread: its events after `after_seq`, and whether the thread was terminated
+    before they were read (nothing follows them then; a session that ends terminates its threads without an
+    event in their logs)."""
+    live = SessionThread.objects.filter(pk=thread.pk).exclude(status=SessionThread.Status.TERMINATED)
+    terminated = not live.exists()
+    return thread_log.events_after(thread, after_seq, limit), terminated

@@ -22,8 +22,11 @@ from registry.sessions.events import ENVELOPE_FIELDS, INITIAL_EVENT_SERIALIZERS,
 from registry.sessions.log import THINKING_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.sessions.selectors import duration_seconds, public_resource
+from registry.sessions.thread_log import DELIVERED_FIELD
 
 AGENT_ID = r"^agent_[A-Za-z0-9_-]+$"
+# What the registry keeps on an event for itself, never rendered.
+INTERNAL_FIELDS = (NATIVE_BETA_FIELD, TRACEPARENT_FIELD, THINKING_FIELD, DELIVERED_FIELD)
 
 
 class AgentReferenceSerializer(StrictSerializer):
@@ -181,6 +184,21 @@ class SessionUpdateSerializer(StrictSerializer):
 AGENT_SNAPSHOT_FIELDS = tuple(field for field in SPEC_FIELDS if field != "metadata")
 
 
+def session_agent(session: Session) -> dict[str, Any]:
+    """The agent a session runs: its pinned version's spec as snapshotted when the session was created."""
+    snapshot = session.agent_snapshot
+    return {
+        "type": "agent",
+        "id": session.agent_id,
+        "version": session.agent_version,
+        **{key: snapshot.get(key) for key in AGENT_SNAPSHOT_FIELDS},
+    }
+
+
+def session_stats(session: Session) -> dict[str, Any]:
+    return {"active_seconds": session.active_seconds, "duration_seconds": duration_seconds(session)}
+
+
 class SessionSerializer(ArchivableObjectSerializer):
     """The session object: `agent` is the definition the session runs (its snapshot at creation)."""
 
@@ -201,17 +219,10 @@ class SessionSerializer(ArchivableObjectSerializer):
 
     @classmethod
     def render(cls, session: Session) -> dict[str, Any]:
-        duration = duration_seconds(session)
-        snapshot = session.agent_snapshot
         return {
             "id": session.id,
             "type": "session",
-            "agent": {
-                "type": "agent",
-                "id": session.agent_id,
-                "version": session.agent_version,
-                **{key: snapshot.get(key) for key in AGENT_SNAPSHOT_FIELDS},
-            },
+            "agent": session_agent(session),
             "environment_id": session.environment_id,
             "harness": session.harness,
             "title": session.title,
@@ -221,7 +232,7 @@ class SessionSerializer(ArchivableObjectSerializer):
             "status": session.status,
             "stop_reason": session.stop_reason,
             "usage": {**session.usage, "active_seconds": session.active_seconds},
-            "stats": {"active_seconds": session.active_seconds, "duration_seconds": duration},
+            "stats": session_stats(session),
             "outcome_evaluations": session.outcome_evaluations,
             "budget": session.budget,
             "created_at": timestamp(session.created_at),
@@ -241,9 +252,8 @@ class EventSerializer(ResponseSerializer):
     @classmethod
     def render(cls, event: SessionEvent, *, native: bool) -> dict[str, Any]:
         body = {"id": event.id, "type": event.type, **event.body, "processed_at": timestamp(event.processed_at)}
-        body.pop(NATIVE_BETA_FIELD, None)
-        body.pop(TRACEPARENT_FIELD, None)
-        body.pop(THINKING_FIELD, None)
+        for field in INTERNAL_FIELDS:
+            body.pop(field, None)
         if native:
             body["seq"] = event.seq
             body.setdefault("subpath", None)

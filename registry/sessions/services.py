@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from registry.agents.multiagent import session_multiagent
 from registry.agents.selectors import usable_agent
 from registry.core import tracing
 from registry.core.errors import conflict, invalid_request
@@ -22,7 +23,7 @@ from registry.core.selectors import require_live
 from registry.core.services import apply_updates
 from registry.environments.selectors import usable_environment
 from registry.extensions.selectors import list_price
-from registry.sessions import log, notify, resources, selectors, work
+from registry.sessions import log, notify, resources, selectors, thread_log, work
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent
 from registry.vaults.models import Vault
@@ -62,7 +63,8 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
         workspace=workspace,
         agent=agent,
         agent_version=version,
-        agent_snapshot=spec,
+        # The roster as the session runs it: each predefined agent's definition at its pinned version.
+        agent_snapshot={**spec, "multiagent": session_multiagent(workspace.pk, spec.get("multiagent"))},
         environment=environment,
         harness=harness,
         title=values.get("title"),
@@ -197,7 +199,7 @@ def events_append(
     assert target is not None
     created = _new_events(target, events, native)
     unconditional = {event["type"] for event in events} <= UNCONDITIONAL_KINDS
-    check = None if unconditional else partial(_check_events, events)
+    check = None if unconditional else partial(_check_and_route, events, created)
     log.append(session_id=target, workspace_id=workspace_id, events=created, check=check)
     return created
 
@@ -212,6 +214,12 @@ def _new_events(session_id: str, events: list[dict[str, Any]], native: bool) -> 
             body[tracing.TRACEPARENT_FIELD] = traceparent
         created.append(SessionEvent(session_id=session_id, type=event["type"], body=body, created_at=timezone.now()))
     return created
+
+
+def _check_and_route(events: list[dict[str, Any]], created: list[SessionEvent], locked: Session) -> None:
+    """Under the session's lock: what the batch answers is open, and answers to a child thread's call reach it."""
+    _check_events(events, locked)
+    thread_log.route_answers(locked, created)
 
 
 def _check_events(events: list[dict[str, Any]], locked: Session) -> None:

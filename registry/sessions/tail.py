@@ -20,7 +20,7 @@ from channels.layers import get_channel_layer
 
 from registry.sessions import selectors
 from registry.sessions.models import SessionEvent
-from registry.sessions.notify import group_name
+from registry.sessions.notify import DELTA_THREAD_FIELD, group_name
 from registry.sessions.serializers import EventSerializer
 
 logger = logging.getLogger(__name__)
@@ -38,11 +38,12 @@ def sse_frame(event: dict[str, Any], *, seq: int | None = None) -> bytes:
 
 
 class Subscriber(Protocol):
-    """What a tail tells a stream: read again, or here is a preview frame."""
+    """What a tail tells a stream: read again, or here is a preview frame (of an event of the child thread
+    `thread_id`, or of the primary thread's when None: `notify.publish_delta`)."""
 
     wake: asyncio.Event
 
-    async def on_delta(self, event_type: str, frame: dict[str, Any]) -> None: ...
+    async def on_delta(self, event_type: str, frame: dict[str, Any], thread_id: str | None) -> None: ...
 
 
 class SessionTail:
@@ -144,8 +145,9 @@ class SessionTail:
 
     async def _dispatch(self, message: dict[str, Any]) -> None:
         if message.get("type") == "session.delta":
+            thread_id = message.get(DELTA_THREAD_FIELD)
             for subscriber in list(self.subscribers):
-                await subscriber.on_delta(str(message.get("event_type")), message["frame"])
+                await subscriber.on_delta(str(message.get("event_type")), message["frame"], thread_id)
         else:
             self._wake_all()
 

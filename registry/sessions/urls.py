@@ -1,12 +1,15 @@
-"""URL patterns of /v1/sessions (the event stream is routed to its consumer in settings/asgi.py)."""
+"""URL patterns of /v1/sessions (the event streams, a session's and a thread's, are routed to their consumer in
+settings/asgi.py)."""
 
 from django.urls import path
 
 from registry.core.routing import resource_urls
+from registry.sessions.thread_views import SessionThreadEventViewSet, SessionThreadViewSet
 from registry.sessions.views import SessionEventViewSet, SessionResourceViewSet, SessionViewSet
 from registry.sessions.work_views import WorkViewSet
 
 WORK = "environments/<env_id:environment_id>/work"
+THREAD = "sessions/<sesn_id:id>/threads/<sthr_id:thread_id>"
 
 urlpatterns = [
     *resource_urls("sessions", SessionViewSet, "sesn_id", name="session"),
@@ -26,6 +29,10 @@ urlpatterns = [
         SessionEventViewSet.as_view({"get": "list", "post": "create"}),
         name="session-events",
     ),
+    path("sessions/<sesn_id:id>/threads", SessionThreadViewSet.as_view({"get": "list"}), name="session-threads"),
+    path(THREAD, SessionThreadViewSet.as_view({"get": "retrieve"}), name="session-thread"),
+    path(f"{THREAD}/archive", SessionThreadViewSet.as_view({"post": "archive"}), name="session-thread-archive"),
+    path(f"{THREAD}/events", SessionThreadEventViewSet.as_view({"get": "list"}), name="session-thread-events"),
     # The work queue of a self-hosted environment (its own module: it reads sessions and environments).
     path(WORK, WorkViewSet.as_view({"get": "list"}), name="environment-work-list"),
     path(f"{WORK}/poll", WorkViewSet.as_view({"get": "poll"}), name="environment-work-poll"),

@@ -5,8 +5,10 @@ The event stream is a Channels consumer (`consumers.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers
@@ -22,7 +24,7 @@ from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, Write
 from registry.sessions import resources, selectors, services
 from registry.sessions.events import SendEventsSerializer, validated_events
 from registry.sessions.filters import EventFilter, SessionFilter
-from registry.sessions.models import Session
+from registry.sessions.models import Session, SessionEvent
 from registry.sessions.serializers import (
     RESOURCE_KINDS,
     AppendedEventSerializer,
@@ -116,11 +118,25 @@ class SessionEventViewSet(ScopedSessionMixin, WorkspaceViewSet):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         session = self.get_object()
         native = is_native(request)
-        events = EventFilter(request.query_params, queryset=selectors.events_visible(session=session, native=native))
+        return self.events_page(request, selectors.events_visible(session=session, native=native), native=native)
+
+    def events_page(
+        self,
+        request: Request,
+        rows: QuerySet[Any],
+        *,
+        native: bool,
+        as_event: Callable[[Any], SessionEvent] | None = None,
+    ) -> Response:
+        """A page of the log `rows` (filtered by the query, paginated on `seq`) in the caller's dialect; `as_event`
+        reads a row as an event, where the rows are not `SessionEvent`s."""
+        events = EventFilter(request.query_params, queryset=rows)
         if not events.is_valid():
             raise serializers.ValidationError(events.errors)
-        rows, links = self.pagination.paginate(events.qs, request)
-        return KeysetPagination.response([EventSerializer.render(event, native=native) for event in rows], links)
+        page, links = self.pagination.paginate(events.qs, request)
+        if as_event is not None:
+            page = [as_event(row) for row in page]
+        return KeysetPagination.response([EventSerializer.render(event, native=native) for event in page], links)
 
     @extend_schema(
         request=SendEventsSerializer,

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import User
 from django.test import Client
 from selenium import webdriver
@@ -24,6 +25,15 @@ __all__ = ["child_env", "fake_model", "model", "registry", "shop", "shop_server"
 @pytest.fixture
 def staff(db: None) -> User:
     return User.objects.create_superuser("staff", "staff@example.com", STAFF_PASSWORD)
+
+
+@pytest.fixture
+def live_staff(staff: User) -> User:
+    """The staff user with a password hash that daphne's settings (not the tests' fast MD5) can check."""
+    hasher = PBKDF2PasswordHasher()
+    staff.password = hasher.encode(STAFF_PASSWORD, hasher.salt())
+    staff.save(update_fields=["password"])
+    return staff
 
 
 @pytest.fixture

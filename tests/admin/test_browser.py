@@ -10,25 +10,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from django.contrib.admin.utils import quote
-from django.contrib.auth.hashers import PBKDF2PasswordHasher
-from django.contrib.auth.models import User
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.support.admin_turns import ANSWER, QUESTION, STAFF_PASSWORD, Turn, emit
+from tests.support.admin_turns import ANSWER, QUESTION, Turn, emit
 from tests.support.browser import WAIT_SECONDS, log_in, screenshot, transcript_text
 from tests.support.live import live_registry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def live_staff(staff: User) -> User:
-    """The staff user with a password hash that daphne's settings (not the tests' fast MD5) can check."""
-    hasher = PBKDF2PasswordHasher()
-    staff.password = hasher.encode(STAFF_PASSWORD, hasher.salt())
-    staff.save(update_fields=["password"])
-    return staff
 
 
 @pytest.fixture

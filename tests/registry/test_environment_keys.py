@@ -435,6 +435,8 @@ def views_of(patterns, found=None):
 OPTED_IN = {
     "SessionViewSet": (ENVIRONMENT_KEY, WORK_SECRET),
     "SessionEventViewSet": (ENVIRONMENT_KEY, WORK_SECRET),
+    "SessionThreadViewSet": (ENVIRONMENT_KEY, WORK_SECRET),  # to read them (list, retrieve), not to archive
+    "SessionThreadEventViewSet": (ENVIRONMENT_KEY, WORK_SECRET),
     "SkillVersionViewSet": (WORK_SECRET,),
     "MemoryViewSet": (WORK_SECRET,),
 }

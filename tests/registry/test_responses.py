@@ -41,13 +41,15 @@ from registry.memory.serializers import (
     MemoryVersionSerializer,
 )
 from registry.sessions import services as sessions
-from registry.sessions.models import Session, SessionEvent
+from registry.sessions import thread_log
+from registry.sessions.models import Session, SessionEvent, SessionThread, primary_thread_id
 from registry.sessions.serializers import (
     AppendedEventSerializer,
     EventSerializer,
     SessionCreateSerializer,
     SessionSerializer,
 )
+from registry.sessions.thread_serializers import SessionThreadSerializer
 from registry.skills import selectors as skill_selectors
 from registry.skills import services as skills
 from registry.skills.bundles import parse_bundle
@@ -97,6 +99,19 @@ def session(workspace: Workspace) -> Session:
 def appended_event(workspace: Workspace) -> SessionEvent:
     message = {"type": "user.message", "content": [{"type": "text", "text": "hello"}]}
     return sessions.events_append(session=session(workspace), events=[message])[0]
+
+
+def child_thread(workspace: Workspace) -> SessionThread:
+    parent = session(workspace)
+    return thread_log.create(
+        session_id=parent.pk,
+        parent_thread_id=primary_thread_id(parent.pk),
+        depth=1,
+        agent_name="helper",
+        agent={"type": "agent", "name": "helper"},
+        max_threads=10,
+        fence=None,
+    )
 
 
 def trigger(workspace: Workspace) -> Trigger:
@@ -167,6 +182,8 @@ CASES: list[tuple[type[ResponseSerializer], Build, dict[str, Any]]] = [
     (EnvironmentSerializer, environment, {}),
     (SessionSerializer, session, {}),
     (AppendedEventSerializer, appended_event, {}),
+    (SessionThreadSerializer, session, {}),  # the primary thread
+    (SessionThreadSerializer, child_thread, {}),
     (TriggerSerializer, trigger, {}),
     (VaultSerializer, vault, {}),
     (CredentialSerializer, credential, {}),

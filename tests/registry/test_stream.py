@@ -210,9 +210,13 @@ def test_refusals_are_json_errors(setup):
 
 # -- soak ---------------------------------------------------------------------------------------
 async def resuming_reader(
-    url: str, api_key: str, rng: random.Random, opened: threading.Semaphore | None = None
+    url: str,
+    api_key: str,
+    rng: random.Random,
+    opened: threading.Semaphore | None = None,
+    terminal: str = "session.status_terminated",
 ) -> list[int]:
-    """Read until the terminal event, dropping the connection at random and resuming after the last id;
+    """Read until the `terminal` event, dropping the connection at random and resuming after the last id;
     `opened` is released once, when the first connection is answered."""
     received: list[int] = []
     cursor = 1
@@ -233,7 +237,7 @@ async def resuming_reader(
                         assert frame.id is not None
                         received.append(frame.id)
                         cursor = frame.id + 1
-                        if frame.event == "session.status_terminated":
+                        if frame.event == terminal:
                             return received
                         drop_after -= 1
                     if drop_after <= 0:

@@ -5,16 +5,26 @@ tests/support/runtime/fixtures.py and tests/support/processes.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, cast
 
 import anthropic
 import pytest
 
 from tests.support.gateway.fixtures import gateway_factory
-from tests.support.processes import LiveRegistry, Process, start_runsessions
-from tests.support.runtime.fixtures import child_env, fake_model, model, registry, sdk, shop, shop_server
+from tests.support.processes import LiveRegistry
+from tests.support.runtime.fixtures import (
+    child_env,
+    fake_model,
+    model,
+    registry,
+    sdk,
+    shop,
+    shop_server,
+    start_worker,
+    worker_pool,
+    workers,
+)
 from tests.support.runtime.sessions import MODEL, Conversation, WorkerPool
 from tests.support.sandbox_attacks import host_secret
 
@@ -28,39 +38,10 @@ __all__ = [
     "sdk",
     "shop",
     "shop_server",
+    "start_worker",
+    "worker_pool",
+    "workers",
 ]
-
-
-@pytest.fixture(scope="package")
-def worker_pool(child_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerPool]:
-    """Two workers shared by the package's tests (a worker's start is slow: the mcp SDK and Django load).
-
-    Package-scoped, so they are gone before any other package's tests create sessions.
-    """
-    directory = tmp_path_factory.mktemp("workers")
-    pool = WorkerPool([start_runsessions(child_env, directory / f"worker-{index}.log") for index in range(2)])
-    yield pool
-    pool.stop()
-
-
-@pytest.fixture
-def workers(worker_pool: WorkerPool) -> Iterator[WorkerPool]:
-    yield worker_pool
-    worker_pool.resume()
-
-
-@pytest.fixture
-def start_worker(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Process]]:
-    """Starts an extra worker for one test (keyword arguments: environment variables); stopped at the end."""
-    started: list[Process] = []
-
-    def start(**settings: str) -> Process:
-        started.append(start_runsessions(child_env, tmp_path / f"worker-{len(started)}.log", **settings))
-        return started[-1]
-
-    yield start
-    for process in started:
-        process.stop()
 
 
 @pytest.fixture

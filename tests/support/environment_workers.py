@@ -25,7 +25,7 @@ from tests.support.processes import Process
 from tests.support.runtime.sessions import Conversation, stop_reasons
 
 MODEL = "claude-test-model"
-TOOLSET = {"type": "agent_toolset_20260401"}
+TOOLSET: Any = {"type": "agent_toolset_20260401"}
 # A private /mnt/memory for the worker, then the worker itself ("$0" "$@": the interpreter and the script).
 PRIVATE_MEMORY_MOUNT = 'mkdir -p /mnt/memory && mount -t tmpfs -o mode=0755 worker-memory /mnt/memory && exec "$0" "$@"'
 

@@ -1,7 +1,7 @@
 """Issue 26: the reference client's `EnvironmentWorker` (anthropic 2.10.0, unmodified, as the deployment runs
 it) serving self-hosted sessions of a live registry whose runtime has no sandbox: the built-in tools run in the
 worker's working directory and are answered with `user.tool_result`; confirmations, skills, memory, several
-workers, a killed worker, archive, interrupt and a revoked key."""
+workers, a killed worker, archive, interrupt, a revoked key, and a child thread's calls (issue 27)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any, cast
 
 import pytest
 
-from fakes.plan_model import DONE, PlanModel
+from fakes.plan_model import DONE, PlanModel, plan
 from fakes.waiting import wait_until
 from registry.workspaces.models import EnvironmentKey
 from registry.workspaces.scoped_credentials import environment_key_revoke
-from tests.support.environment_workers import SelfHosted, ask, items_of, wait_finished, wait_item_state
-from tests.support.runtime.sessions import of_type, stop_reasons, text_of
+from tests.support.environment_workers import TOOLSET, SelfHosted, ask, items_of, wait_finished, wait_item_state
+from tests.support.runtime.sessions import MODEL, of_type, stop_reasons, text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -211,3 +211,31 @@ def test_a_revoked_key_is_refused_at_once_and_the_worker_stops(self_hosted: Self
     assert worker.popen.returncode != 0 and "401" in worker.log.read_text()
     [item] = items_of(chat.session_id)
     assert item.state == "queued" and item.worker_id is None
+
+
+def test_a_child_threads_builtin_calls_are_run_by_the_worker_and_routed_back(self_hosted: SelfHosted):
+    self_hosted.start_worker("team")
+    helper = self_hosted.sdk.beta.agents.create(name="helper", model=MODEL, tools=[TOOLSET])
+    roster = {"type": "enabled", "predefined_agents": [helper.id]}
+    chat = self_hosted.open(multiagent={"type": "multiagent_20261001", "subagents": roster})
+    child_plan = plan(("bash", {"command": "echo from-the-child > child.txt"}))
+    ask(
+        chat,
+        ("spawn_agent", {"agent": "helper", "message": child_plan}),
+        ("wait_for_replies", {}),
+        ("read", {"file_path": "child.txt"}),
+    )
+    events = wait_finished(chat)
+    assert "from-the-child" in last_answer(events)
+    # The child's call is shown on the session's stream, naming its thread; the worker's answer went to it.
+    [child] = list(self_hosted.sdk.beta.sessions.threads.list(chat.session_id))[1:]
+    [shown] = [use for use in of_type(events, "agent.tool_use") if use.get("session_thread_id")]
+    assert shown["session_thread_id"] == child.id and shown["name"] == "bash"
+    [answer] = [result for result in of_type(events, "user.tool_result") if result["tool_use_id"] == shown["id"]]
+    assert answer["session_thread_id"] == child.id
+    listed = self_hosted.sdk.beta.sessions.threads.events.list(child.id, session_id=chat.session_id)
+    assert [event.type for event in listed if event.type in ("agent.tool_use", "user.tool_result")] == [
+        "agent.tool_use",
+        "user.tool_result",
+    ]
+    assert (self_hosted.workdir("team") / "child.txt").read_text() == "from-the-child\n"

@@ -1,12 +1,13 @@
-"""Fixtures shared by the packages that run the registry's processes (runtime, observability, tracing): the fake
-model and the MCP server on loopback, the child environment, the live registry and the reference client.
+"""Fixtures shared by the packages that run the registry's processes (runtime, threads, observability, tracing):
+the fake model and the MCP server on loopback, the child environment, the live registry, the reference client,
+and `runsessions` workers (a package's shared pool, and extra ones per test).
 A conftest imports the ones it uses; package-scoped ones then live once per importing package."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anthropic
@@ -16,7 +17,8 @@ from fakes.model import FakeModel
 from registry.sandbox.disks import release_root
 from tests.support.clients import registry_client
 from tests.support.mcp_servers import ShopMcpServer
-from tests.support.processes import LiveRegistry, child_environment, start_registry
+from tests.support.processes import LiveRegistry, Process, child_environment, start_registry, start_runsessions
+from tests.support.runtime.sessions import WorkerPool
 from tests.support.serving import served
 from tests.support.tenants import make_tenant
 
@@ -45,14 +47,20 @@ def shop(shop_server: ShopMcpServer) -> ShopMcpServer:
     return shop_server
 
 
-@pytest.fixture(scope="package")
-def child_env(django_db_setup: None, fake_model: FakeModel) -> Iterator[dict[str, str]]:
-    """The environment of the registry and worker subprocesses: the test database, the fake model, sandboxes."""
+def sandboxed_environment(model_url: str, name: str, **extra: str) -> Iterator[dict[str, str]]:
+    """The environment of the registry and worker subprocesses: the test database, the model at `model_url`,
+    sandboxes under a root of this `name` (removed afterwards), and `extra`."""
     # Under /tmp, which every session uid can traverse (a checkout may sit under a private directory).
-    sandbox_root = f"/tmp/registry-test-sandboxes-{os.getpid()}"
-    yield child_environment(fake_model.url, REGISTRY_SANDBOX_ROOT=sandbox_root)
+    sandbox_root = f"/tmp/registry-test-{name}-{os.getpid()}"
+    yield child_environment(model_url, REGISTRY_SANDBOX_ROOT=sandbox_root, **extra)
     release_root(Path(sandbox_root))
     shutil.rmtree(sandbox_root, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def child_env(django_db_setup: None, fake_model: FakeModel) -> Iterator[dict[str, str]]:
+    """The subprocesses' environment with the fake model and sandboxes."""
+    yield from sandboxed_environment(fake_model.url, "sandboxes")
 
 
 @pytest.fixture(scope="package")
@@ -68,3 +76,35 @@ def sdk(registry: LiveRegistry, transactional_db: None) -> Iterator[anthropic.An
     client = registry_client(registry.url, make_tenant("runtime").api_key)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="package")
+def worker_pool(child_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerPool]:
+    """Two workers shared by the package's tests (a worker's start is slow: the mcp SDK and Django load).
+
+    Package-scoped, so they are gone before any other package's tests create sessions.
+    """
+    directory = tmp_path_factory.mktemp("workers")
+    pool = WorkerPool([start_runsessions(child_env, directory / f"worker-{index}.log") for index in range(2)])
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def workers(worker_pool: WorkerPool) -> Iterator[WorkerPool]:
+    yield worker_pool
+    worker_pool.resume()
+
+
+@pytest.fixture
+def start_worker(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Process]]:
+    """Starts an extra worker for one test (keyword arguments: environment variables); stopped at the end."""
+    started: list[Process] = []
+
+    def start(**settings: str) -> Process:
+        started.append(start_runsessions(child_env, tmp_path / f"worker-{len(started)}.log", **settings))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()
