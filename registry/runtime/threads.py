@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, Protocol
 
 import orjson
@@ -32,7 +33,7 @@ from registry.runtime.tools import WORKER_TOOLS, tool_config
 from registry.runtime.transcript import TOOL_USE_TYPES, build_messages
 from registry.runtime.writer import TurnLog, result_event
 from registry.sandbox.toolset import ToolOutcome, offered_tools
-from registry.sessions import selectors, thread_log
+from registry.sessions import log, selectors, thread_log
 from registry.sessions.models import SessionEvent, SessionThread, ThreadEvent
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,9 @@ class ThreadTurnLog(TurnLog):
     def acknowledge(self, events: list[SessionEvent]) -> None:
         """A thread's input is written processed: nothing to acknowledge."""
 
-    def add_usage(self, usage: dict[str, int], *, active_seconds: float = 0.0, list_cost_usd: Any = 0) -> None:
+    def add_usage(
+        self, usage: dict[str, int], *, active_seconds: float = 0.0, list_cost_usd: Decimal = log.ZERO
+    ) -> None:
         thread_log.add_usage(
             thread=self.thread,
             usage=usage,

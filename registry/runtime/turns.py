@@ -81,6 +81,17 @@ class SessionRunner:
         self.sandboxes = sandboxes
         self.logs = logs or VisibleLogs(sessions=1)
         self.observer = observer or TracingObserver()
+        # What the worker gave this runner, which a child thread's runner shares.
+        self.worker_parts: dict[str, Any] = {
+            "lease": lease,
+            "model": model,
+            "identity": identity,
+            "config": config,
+            "stopping": stopping,
+            "sandboxes": sandboxes,
+            "logs": self.logs,
+            "observer": self.observer,
+        }
         # Set by the worker when a notification names this session (an interrupt, an archive...).
         self.attention = threading.Event()
         # The trace context of the user event that started the turn (its `session.turn` span's parent).
@@ -290,16 +301,7 @@ class ThreadRunner(SessionRunner):
     parts rebuilt on the thread's agent, its log and its stops (see `registry.runtime.threads`)."""
 
     def __init__(self, root: SessionRunner, thread: SessionThread, group: ThreadGroup) -> None:
-        super().__init__(
-            lease=root.lease,
-            model=root.model_client,
-            identity=root.identity,
-            config=root.config,
-            stopping=root.stopping,
-            sandboxes=root.sandboxes,
-            logs=root.logs,
-            observer=root.observer,
-        )
+        super().__init__(**root.worker_parts)
         self.root, self.thread, self.group = root, thread, group
         self.thread_id, self.depth, self.agent_name = thread.pk, thread.depth, thread.agent_name
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from decimal import Decimal
 
 import pytest
-from django.utils import timezone
 
 from fakes import model as replies
-from registry.extensions.models import ModelPrice
 from tests.support.runtime.sessions import (
     MODEL,
     grading_in_flight,
     of_type,
+    price_per_million,
     shop_agent,
     stop_reasons,
     text_of,
@@ -140,13 +138,7 @@ def test_the_step_limit_ends_the_turn(model, open_session, shop, workers, start_
 
 
 def test_a_budget_stops_the_session_once_reached(model, open_session, shop, sdk):
-    ModelPrice.objects.create(
-        provider="vendor_b",
-        model=MODEL,
-        input_per_1m=Decimal(1000),
-        output_per_1m=Decimal(1000),
-        effective_from=timezone.now(),
-    )
+    price_per_million(MODEL, 1000)
     model.add(replies.tool_call("lookup_order", {"order_id": "A1"}), replies.text("never asked"))
     chat = open_session(**shop_agent(shop))
     agent_id = chat.session()["agent"]["id"]

@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
-
-from django.utils import timezone
 
 from fakes.plan_model import Call, PlanModel, plan
 from fakes.waiting import wait_until
-from registry.extensions.models import ModelPrice
 from registry.sessions.models import Session
 from tests.support.processes import Process
-from tests.support.runtime.sessions import MODEL, Conversation, WorkerPool, of_type, stop_reasons, text_of
+from tests.support.runtime.sessions import (
+    MODEL,
+    Conversation,
+    WorkerPool,
+    of_type,
+    price_per_million,
+    stop_reasons,
+    text_of,
+)
 from tests.threads.conftest import MAX_THREADS
 
 SLOW = 1.5  # each child's model call takes this long
@@ -206,13 +210,7 @@ def test_archiving_the_session_terminates_every_thread(team: Callable[..., Conve
 
 
 def test_a_budget_reached_in_a_child_ends_the_whole_turn(team: Callable[..., Conversation]) -> None:
-    ModelPrice.objects.create(
-        provider="vendor_b",
-        model=MODEL,
-        input_per_1m=Decimal(1000),
-        output_per_1m=Decimal(1000),
-        effective_from=timezone.now(),
-    )
+    price_per_million(MODEL, 1000)
     chat = team(budget={"type": "limit", "max_list_cost": {"amount": "3", "currency": "USD"}})  # three cents
     child_plan = plan(("bash", {"command": "true"}), ("bash", {"command": "true"}))
     chat.say(plan(spawn("researcher", child_plan), WAIT))

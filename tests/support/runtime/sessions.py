@@ -6,12 +6,15 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, cast
 
 import anthropic
+from django.utils import timezone
 
 from fakes import model as replies
 from fakes.waiting import wait_until
+from registry.extensions.models import ModelPrice
 from tests.support.processes import Process
 
 MODEL = "claude-test-model"
@@ -136,3 +139,14 @@ def grading_in_flight(model: Any, open_session: Callable[..., Conversation], gra
     chat.send({"type": "user.define_outcome", "description": "x", "rubric": {"type": "text", "content": "y"}})
     wait_until(lambda: len(model.requests) == 2, what="the grader's call")
     return chat
+
+
+def price_per_million(model: str, usd: int) -> None:
+    """List the vendor-B `model` at `usd` per million input and output tokens, from now on (a budget needs it)."""
+    ModelPrice.objects.create(
+        provider="vendor_b",
+        model=model,
+        input_per_1m=Decimal(usd),
+        output_per_1m=Decimal(usd),
+        effective_from=timezone.now(),
+    )
