@@ -15,7 +15,7 @@ from django.db import connection
 
 from registry.runtime.lease import Lease
 from registry.runtime.writer import TurnLog
-from registry.sessions import selectors
+from registry.sessions import selectors, thread_log
 from registry.sessions.log import SessionTerminated
 from registry.sessions.models import SessionEvent
 
@@ -57,6 +57,8 @@ class Checkpoints:
     honors_interrupts: bool
     # Set by the worker when a notification names this session (an interrupt, an archive...).
     attention: threading.Event
+    # Halts the child threads a `user.interrupt` names (the session's `ThreadGroup.interrupt`).
+    interrupt_threads: Callable[[list[str]], None] = lambda thread_ids: None
     _last_check: float = field(default_factory=time.monotonic)
 
     def check(self, force: bool = False) -> None:
@@ -73,6 +75,11 @@ class Checkpoints:
         if not selectors.session_is_live(self.lease.session_id):
             raise SessionTerminated(f"session {self.lease.session_id} was archived, terminated or deleted")
         interrupts = selectors.pending_events(self.lease.session_id, types=("user.interrupt",))
+        aimed = [interrupt for interrupt in interrupts if thread_log.child_named(interrupt)]
+        if aimed:  # an interrupt naming a child thread halts that thread only
+            self.turn.acknowledge(aimed)
+            self.interrupt_threads([str(thread_log.child_named(interrupt)) for interrupt in aimed])
+            interrupts = [interrupt for interrupt in interrupts if interrupt not in aimed]
         if interrupts and self.honors_interrupts:
             raise TurnInterrupted(interrupts)
         if interrupts:

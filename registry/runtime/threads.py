@@ -106,15 +106,15 @@ class ThreadTurnLog(TurnLog):
 @dataclasses.dataclass(kw_only=True)
 class ThreadCheckpoints(Checkpoints):
     """A child's stops: the worker's, the lease's, the session's end, and its group halting it. Interrupts
-    are the primary thread's to take: it halts the children."""
+    are the primary thread's to take: it halts the children (all, or the one an interrupt names)."""
 
-    halt: threading.Event
+    halted: Callable[[], bool]
 
     def check(self, force: bool = False) -> None:
         if self.stopping.is_set():
             raise WorkerStopping("the worker is stopping; another worker takes the turn over")
         self.lease.check()
-        if self.halt.is_set():
+        if self.halted():
             raise TurnInterrupted([])
         now = time.monotonic()
         if force or now - self._last_check >= self.check_seconds:
@@ -131,6 +131,7 @@ class ThreadGroup:
         self.session_id = session_id
         self.runner_for = runner_for  # the function running a thread's pending turns (turns.ThreadRunner)
         self.halt = threading.Event()
+        self.interrupted: set[str] = set()  # threads a `user.interrupt` named, until their turn stops
         self.lock = threading.Lock()
         self.running: dict[str, threading.Thread] = {}
 
@@ -145,6 +146,19 @@ class ThreadGroup:
             worker = threading.Thread(target=run, args=(target,), name=f"thread-{thread.pk}", daemon=True)
             self.running[thread.pk] = worker
             worker.start()
+
+    def halted(self, thread_id: str) -> bool:
+        return self.halt.is_set() or thread_id in self.interrupted
+
+    def interrupt(self, thread_ids: list[str]) -> None:
+        """Halt these threads' turns only (a `user.interrupt` naming a child thread); one not running is stopped."""
+        with self.lock:
+            self.interrupted.update(pk for pk in thread_ids if pk in self.running and self.running[pk].is_alive())
+
+    def stopped(self, thread_id: str) -> None:
+        """The thread's turn stopped: a later message runs it again."""
+        with self.lock:
+            self.interrupted.discard(thread_id)
 
     def resume(self) -> None:
         """A turn taken over from another worker: its children that were running go on from their logs."""

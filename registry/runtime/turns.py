@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
@@ -114,6 +115,7 @@ class SessionRunner:
             check_seconds=self.config.check_seconds,
             honors_interrupts=session.honors_interrupts,
             attention=self.attention,
+            interrupt_threads=self.group.interrupt,
         )
         self._assemble_parts(spawns=True, advises=True)
 
@@ -183,7 +185,8 @@ class SessionRunner:
         acknowledgment and the turn's start commit together (one commit less before the model call).
         """
         self.lease.check()
-        interrupts = [event for event in batch if event.type == "user.interrupt"]
+        # An interrupt naming a child thread, read while no turn runs, finds it stopped already.
+        interrupts = [event for event in batch if event.type == "user.interrupt" and not thread_log.child_named(event)]
         # Answers to a child thread's calls went to its log when they were appended: they start no turn here.
         inputs = [event for event in batch if event.type != "user.interrupt" and not thread_log.cross_posted(event)]
         honored = self.session.honors_interrupts
@@ -321,7 +324,7 @@ class ThreadRunner(SessionRunner):
             check_seconds=self.config.check_seconds,
             honors_interrupts=False,
             attention=self.attention,
-            halt=self.group.halt,
+            halted=partial(self.group.halted, thread.pk),
         )
         # Only the session's own agent (a `self` entry) spawns from a child thread; only the primary advises.
         self._assemble_parts(spawns=thread.agent.get("id") == root.session.agent_id, advises=False)
@@ -367,8 +370,9 @@ class ThreadRunner(SessionRunner):
         self.turn.set_status(Status.RUNNING)
         try:
             stop_reason = self.advance()
-        except TurnInterrupted:  # halted: the session's turn ended or was interrupted
+        except TurnInterrupted:  # halted: the session's turn ended or was interrupted, or this thread was
             self.tools.abandon_open(self.events())
+            self.group.stopped(self.thread.pk)
             stop_reason = {"type": "end_turn"}
         except TurnEnded as ended:
             stop_reason = ended.stop_reason

@@ -145,6 +145,7 @@ class UserMessageSerializer(StrictSerializer):
 
 class UserInterruptSerializer(StrictSerializer):
     type = serializers.ChoiceField(choices=["user.interrupt"])
+    session_thread_id = StrictCharField(required=False, allow_null=True)  # absent: every thread
 
 
 class UserToolConfirmationSerializer(StrictSerializer):

@@ -25,7 +25,7 @@ from registry.environments.selectors import usable_environment
 from registry.extensions.selectors import list_price
 from registry.sessions import log, notify, resources, selectors, thread_log, work
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
-from registry.sessions.models import Session, SessionEvent
+from registry.sessions.models import Session, SessionEvent, primary_thread_id
 from registry.vaults.models import Vault
 from registry.workspaces.models import Workspace
 
@@ -145,7 +145,12 @@ def _check_event(session: Session, index: int, event: dict[str, Any], state: dic
     """Rules that depend on the session: what a confirmation or a tool result may answer."""
     kind = event["type"]
     where = f"events[{index}]"
-    if kind == "user.tool_confirmation":
+    if kind == "user.interrupt":  # naming a thread: one of this session's
+        thread_id = event.get("session_thread_id")
+        known = thread_id in (None, primary_thread_id(session.pk)) or session.threads.filter(pk=thread_id).exists()
+        if not known:
+            raise invalid_request(f"{where}.session_thread_id: this session has no thread with this id.")
+    elif kind == "user.tool_confirmation":
         if event["tool_use_id"] not in state["confirmations"]:
             raise invalid_request(f"{where}.tool_use_id: no tool call awaiting confirmation has this id.")
         state["confirmations"].discard(event["tool_use_id"])
@@ -198,7 +203,7 @@ def events_append(
     target = session.pk if session else session_id
     assert target is not None
     created = _new_events(target, events, native)
-    unconditional = {event["type"] for event in events} <= UNCONDITIONAL_KINDS
+    unconditional = all(event["type"] in UNCONDITIONAL_KINDS and not event.get("session_thread_id") for event in events)
     check = None if unconditional else partial(_check_and_route, events, created)
     log.append(session_id=target, workspace_id=workspace_id, events=created, check=check)
     return created

@@ -152,6 +152,12 @@ def route_answers(session: Session, answers: list[SessionEvent]) -> None:
         _post(session, body[THREAD_FIELD], answer.type, dict(answer.body))
 
 
+def child_named(event: SessionEvent) -> str | None:
+    """The child thread a session's `user.interrupt` names, if it names one (else it is the whole session's)."""
+    thread_id = event.body.get(THREAD_FIELD)
+    return thread_id if thread_id and thread_id != primary_thread_id(event.session_id) else None
+
+
 def cross_posted(event: SessionEvent) -> bool:
     """A child thread's call or answer in the primary thread's log (not the primary thread's own)."""
     return event.type in CROSS_POSTED_TYPES and THREAD_FIELD in event.body

@@ -9,6 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
+import pytest
+
 from fakes.plan_model import Call, PlanModel, plan
 from fakes.waiting import wait_until
 from registry.sessions.models import Session
@@ -191,6 +194,24 @@ def test_an_interrupt_stops_every_thread_at_once(team: Callable[..., Conversatio
     for thread in stopped:
         listed = thread_events(chat, thread.id)
         assert "agent.message" not in [event.type for event in listed]  # halted before the model answered
+
+
+def test_an_interrupt_naming_a_child_stops_that_thread_only(team: Callable[..., Conversation]) -> None:
+    chat = stalled_team(team)
+    first, *others = running_children(chat, 3)
+    with pytest.raises(anthropic.BadRequestError, match="no thread with this id"):
+        chat.send({"type": "user.interrupt", "session_thread_id": "sthr_" + "x" * 24})
+    chat.send({"type": "user.interrupt", "session_thread_id": first.id})
+    wait_until(
+        lambda: chat.sdk.beta.sessions.threads.retrieve(first.id, session_id=chat.session_id).status == "idle",
+        timeout=10,
+        what="the named thread to stop",
+    )
+    assert [thread.status for thread in children(chat) if thread.id != first.id] == ["running", "running"]
+    assert chat.session()["status"] == "running" and len(others) == 2
+    chat.send({"type": "user.interrupt"})  # and then the rest
+    chat.wait_idle(timeout=10)
+    assert {thread.status for thread in children(chat)} == {"idle"}
 
 
 def test_archiving_the_session_terminates_every_thread(team: Callable[..., Conversation]) -> None:
