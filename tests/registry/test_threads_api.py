@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -35,10 +36,11 @@ from registry.sessions import log, notify, services, thread_log
 from registry.sessions.consumers import StreamRefused, find_thread
 from registry.sessions.models import Session, SessionThread, primary_thread_id
 from registry.workspaces.scoped_credentials import mint_work_secret
-from tests.registry.test_stream import FAST, Frame, parse_frames, resuming_reader
 from tests.support.api_errors import assert_error
 from tests.support.clients import registry_client
 from tests.support.live import live_registry
+from tests.support.sqlite_rerun import rerun_on_sqlite
+from tests.support.sse import FAST, Frame, parse_frames, resuming_reader
 from tests.support.tenants import Tenant, make_tenant, open_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -627,3 +629,9 @@ def test_stream_refusals_are_json_errors(family):
             assert response.status_code == status, path
             assert response.json()["error"]["type"] == error_type
             assert response.json()["request_id"] == response.headers["request-id"]
+
+
+def test_the_cases_without_a_live_server_also_hold_on_sqlite(tmp_path: Path) -> None:
+    """The threads' log (its one-statement seq) and the API on `make run`'s database, in a child pytest."""
+    assert connection.vendor == "postgresql"  # the suite's own run is the PostgreSQL half
+    rerun_on_sqlite(__file__, tmp_path, selection="not stream and not reference_client and not sqlite", passed=15)
