@@ -1,5 +1,5 @@
 """`runsessions` observed from outside: its health server, the metrics a turn moves, JSON log lines
-with the session's id, and a SIGTERM drain that hands a stuck turn to another worker within its bound."""
+with the session's id, and a SIGTERM drain that hands a turn waiting on a silent model to another worker."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_a_turn_moves_the_metrics_and_its_log_lines_carry_the_session(model, ope
     assert any(line["logger"] == "httpx" and "POST" in line["message"] for line in session_lines)  # its model calls
 
 
-def test_sigterm_hands_a_stuck_turn_to_another_worker_within_the_drain_bound(model, open_chat, watch):
+def test_sigterm_abandons_a_silent_model_call_and_hands_the_turn_to_another_worker(model, open_chat, watch):
     model.add(replies.text("never sent", delay=60), replies.text("finished elsewhere"))
     leaving = watch("runsessions", *SLOW, REGISTRY_RUNTIME_DRAIN_SECONDS=str(DRAIN_SECONDS))
     chat = open_chat()
@@ -80,7 +80,7 @@ def test_sigterm_hands_a_stuck_turn_to_another_worker_within_the_drain_bound(mod
     chat.processes.append(staying.process)
 
     signalled = time.monotonic()
-    leaving.process.signal(signal.SIGTERM)  # its turn waits for a first byte: no checkpoint comes
+    leaving.process.signal(signal.SIGTERM)  # its turn waits for a first byte: the watched call is abandoned
     draining = wait_until(lambda: leaving.get("/readyz").status_code == 503 and leaving.get("/readyz"), what="503")
     assert draining.text == "draining\n" and leaving.get("/healthz").status_code == 200
     assert leaving.process.popen.wait(timeout=DRAIN_SECONDS + 10) == 0
@@ -90,7 +90,8 @@ def test_sigterm_hands_a_stuck_turn_to_another_worker_within_the_drain_bound(mod
     assert [text_of(event) for event in of_type(events, "agent.message")] == ["finished elsewhere"]
     assert [event["id"] for event in of_type(events, "user.message")] == [sent]
     assert stop_reasons(events) == ["end_turn"] and len({event["id"] for event in events}) == len(events)
-    assert any("letting it go" in line["message"] for line in leaving.log_lines())
+    # It left at its turn's checkpoint: nothing had to be let go at the drain deadline.
+    assert not any("letting it go" in line["message"] for line in leaving.log_lines())
     wait_until(
         lambda: staying.metric("registry_runtime_turns_finished_total", outcome="end_turn") == 1,
         what="the other worker to count the turn",
