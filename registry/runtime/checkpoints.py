@@ -67,11 +67,19 @@ class Checkpoints:
         if self.stopping.is_set():
             raise WorkerStopping("the worker is stopping; another worker takes the turn over")
         self.lease.check()
+        self.stop_if_halted()
         now = time.monotonic()
         if not (force or self.attention.is_set()) and now - self._last_check < self.check_seconds:
             return
         self.attention.clear()
         self._last_check = now
+        self.look()
+
+    def stop_if_halted(self) -> None:
+        """Nothing halts a session's turn from within this worker (a child thread's turn is halted by it)."""
+
+    def look(self) -> None:
+        """What the database says: the session ended, or an interrupt came (`code_harness` answers it)."""
         if not selectors.session_is_live(self.lease.session_id):
             raise SessionTerminated(f"session {self.lease.session_id} was archived, terminated or deleted")
         interrupts = selectors.pending_events(self.lease.session_id, types=("user.interrupt",))

@@ -24,9 +24,10 @@ from typing import Any, Protocol
 import orjson
 from django.db import connection
 
-from registry.runtime.checkpoints import WAIT_SLICE_SECONDS, Checkpoints, TurnInterrupted, WorkerStopping
+from registry.agents.multiagent import MULTIAGENT
+from registry.runtime.checkpoints import WAIT_SLICE_SECONDS, Checkpoints, TurnInterrupted
 from registry.runtime.config import RuntimeSettings
-from registry.runtime.lease import Fence, LeaseLost
+from registry.runtime.lease import Fence
 from registry.runtime.observer import TurnObserver
 from registry.runtime.running import RunningSession
 from registry.runtime.tools import WORKER_TOOLS, tool_config
@@ -40,7 +41,6 @@ logger = logging.getLogger(__name__)
 
 Status = SessionThread.Status
 SPAWN, SEND, WAIT, ADVISOR = "spawn_agent", "send_message", "wait_for_replies", "advisor"
-MULTIAGENT = "multiagent_20261001"
 HALT_JOIN_SECONDS = 5.0
 NO_REPLY = "(The thread ended its turn without a message.)"
 ADVISOR_SYSTEM = (
@@ -105,22 +105,19 @@ class ThreadTurnLog(TurnLog):
 
 @dataclasses.dataclass(kw_only=True)
 class ThreadCheckpoints(Checkpoints):
-    """A child's stops: the worker's, the lease's, the session's end, and its group halting it. Interrupts
-    are the primary thread's to take: it halts the children (all, or the one an interrupt names)."""
+    """A child's stops: the worker's, the lease's, its group halting it, and its own end (archived, or its
+    session ended). Interrupts are the primary thread's to take: it halts the children (all, or one)."""
 
+    thread_id: str
     halted: Callable[[], bool]
 
-    def check(self, force: bool = False) -> None:
-        if self.stopping.is_set():
-            raise WorkerStopping("the worker is stopping; another worker takes the turn over")
-        self.lease.check()
+    def stop_if_halted(self) -> None:
         if self.halted():
             raise TurnInterrupted([])
-        now = time.monotonic()
-        if force or now - self._last_check >= self.check_seconds:
-            self._last_check = now
-            if not selectors.session_is_live(self.lease.session_id):
-                raise LeaseLost(f"session {self.lease.session_id} was archived, terminated or deleted")
+
+    def look(self) -> None:
+        if not selectors.thread_is_live(self.thread_id):
+            raise thread_log.ThreadTerminated(f"thread {self.thread_id} was archived, or its session ended")
 
 
 # -- the threads of one held session ---------------------------------------------------------------------
@@ -130,10 +127,11 @@ class ThreadGroup:
     def __init__(self, session_id: str, runner_for: Callable[[SessionThread, ThreadGroup], Callable[[], None]]) -> None:
         self.session_id = session_id
         self.runner_for = runner_for  # the function running a thread's pending turns (turns.ThreadRunner)
-        self.halt = threading.Event()
-        self.interrupted: set[str] = set()  # threads a `user.interrupt` named, until their turn stops
         self.lock = threading.Lock()
         self.running: dict[str, threading.Thread] = {}
+        # Threads to stop at their next checkpoint (the turn ended or was interrupted, or one was named), until
+        # they are started again.
+        self.halting: set[str] = set()
 
     def start(self, thread: SessionThread) -> None:
         """Run the thread's pending turns, unless it runs already."""
@@ -141,6 +139,7 @@ class ThreadGroup:
             current = self.running.get(thread.pk)
             if current is not None and current.is_alive():
                 return
+            self.halting.discard(thread.pk)
             run = contextvars.copy_context().run
             target = self.runner_for(thread, self)
             worker = threading.Thread(target=run, args=(target,), name=f"thread-{thread.pk}", daemon=True)
@@ -148,17 +147,12 @@ class ThreadGroup:
             worker.start()
 
     def halted(self, thread_id: str) -> bool:
-        return self.halt.is_set() or thread_id in self.interrupted
+        return thread_id in self.halting
 
     def interrupt(self, thread_ids: list[str]) -> None:
-        """Halt these threads' turns only (a `user.interrupt` naming a child thread); one not running is stopped."""
+        """Halt these threads (the ones running here: one that is not is stopped already)."""
         with self.lock:
-            self.interrupted.update(pk for pk in thread_ids if pk in self.running and self.running[pk].is_alive())
-
-    def stopped(self, thread_id: str) -> None:
-        """The thread's turn stopped: a later message runs it again."""
-        with self.lock:
-            self.interrupted.discard(thread_id)
+            self.halting.update(pk for pk in thread_ids if pk in self.running and self.running[pk].is_alive())
 
     def resume(self) -> None:
         """A turn taken over from another worker: its children that were running go on from their logs."""
@@ -181,26 +175,25 @@ class ThreadGroup:
             checkpoints.check()
 
     def stop_all(self) -> None:
-        """Halt every child at its next checkpoint and wait for them to leave."""
-        with self.lock:
-            workers = list(self.running.values())
-        if not workers:
-            return
-        self.halt.set()
+        """Halt every child at its next checkpoint and wait (a bounded time) for them to leave; one that has
+        not left by then stays halted."""
+        self.interrupt(list(self.running))
         deadline = time.monotonic() + HALT_JOIN_SECONDS
-        for worker in workers:
+        for worker in list(self.running.values()):
             worker.join(max(deadline - time.monotonic(), 0.0))
         with self.lock:
             self.running = {pk: worker for pk, worker in self.running.items() if worker.is_alive()}
-        self.halt.clear()
 
 
 def last_reply(thread: SessionThread) -> str | None:
     """The text of the last message the thread sent its parent, if any."""
     row = ThreadEvent.objects.filter(thread=thread, type="agent.thread_message_sent").order_by("-seq").first()
-    if row is None:
-        return None
-    return "\n\n".join(block.get("text", "") for block in row.body.get("content") or [])
+    return text_of(row.body.get("content") or []) if row is not None else None
+
+
+def text_of(blocks: list[dict[str, Any]]) -> str:
+    """The text blocks of a message's content, joined."""
+    return "\n\n".join(block.get("text", "") for block in blocks)
 
 
 # -- the tools of a thread that may spawn ----------------------------------------------------------------
@@ -235,7 +228,6 @@ class ToolHost(Protocol):
 
     session: RunningSession
     config: RuntimeSettings
-    turn: TurnLog
     checkpoints: Checkpoints
     group: ThreadGroup
     thread_id: str
@@ -332,7 +324,7 @@ class ThreadTools:
                 fence=host.checkpoints.lease.fence,
                 task=((host.thread_id, host.agent_name), [{"type": "text", "text": message}]),
             )
-        except thread_log.ThreadLimit as error:
+        except (thread_log.ThreadLimit, thread_log.ThreadTerminated) as error:
             raise ThreadToolError(str(error)) from None
         host.group.start(thread)
         return orjson.dumps({"thread_id": thread.pk, "agent_name": name, "status": thread.status}).decode()
@@ -364,9 +356,11 @@ class ThreadTools:
         """The message in both logs and the thread running (so a takeover resumes it), its turn started here."""
         host = self.host
         content = [{"type": "text", "text": message}]
-        thread_log.deliver(
-            thread=thread, sender=(host.thread_id, host.agent_name), content=content, fence=host.checkpoints.lease.fence
-        )
+        sender = (host.thread_id, host.agent_name)
+        try:
+            thread_log.deliver(thread=thread, sender=sender, content=content, fence=host.checkpoints.lease.fence)
+        except thread_log.ThreadTerminated as error:  # archived since it was read
+            raise ThreadToolError(str(error)) from None
         host.group.start(thread)
 
     def _child(self, thread_id: str) -> SessionThread:

@@ -37,7 +37,15 @@ from registry.runtime.model_step import ModelStep
 from registry.runtime.observer import LEASE_LOST, LEFT, TracingObserver, TurnObserver, TurnWatch
 from registry.runtime.running import RunningSession, model_id
 from registry.runtime.sandboxing import SandboxUse
-from registry.runtime.threads import NO_REPLY, Roster, ThreadCheckpoints, ThreadGroup, ThreadTools, ThreadTurnLog
+from registry.runtime.threads import (
+    NO_REPLY,
+    Roster,
+    ThreadCheckpoints,
+    ThreadGroup,
+    ThreadTools,
+    ThreadTurnLog,
+    text_of,
+)
 from registry.runtime.transcript import (
     BOUNDARY_TYPES,
     awaits_model,
@@ -307,6 +315,7 @@ class ThreadRunner(SessionRunner):
         super().__init__(**root.worker_parts)
         self.root, self.thread, self.group = root, thread, group
         self.thread_id, self.depth, self.agent_name = thread.pk, thread.depth, thread.agent_name
+        self.read_log: list[SessionEvent] = []
 
     def _assemble(self) -> None:
         root, thread = self.root, self.thread
@@ -324,19 +333,23 @@ class ThreadRunner(SessionRunner):
             check_seconds=self.config.check_seconds,
             honors_interrupts=False,
             attention=self.attention,
+            thread_id=thread.pk,
             halted=partial(self.group.halted, thread.pk),
         )
         # Only the session's own agent (a `self` entry) spawns from a child thread; only the primary advises.
         self._assemble_parts(spawns=thread.agent.get("id") == root.session.agent_id, advises=False)
 
     def events(self) -> list[SessionEvent]:
-        return thread_log.events_after(self.thread, 0)
+        """The thread's log: read once, then from its last `seq` on (a visible event never changes)."""
+        known = self.read_log
+        self.read_log = known + thread_log.events_after(self.thread, (known[-1].seq or 0) if known else 0)
+        return list(self.read_log)
 
     def _needs_client(self, call: SessionEvent) -> bool:
         """A call the client answers (a custom tool; a built-in one its environment worker runs) or confirms."""
         if call.type == "agent.custom_tool_use" or call.body.get("evaluated_permission") == "ask":
             return True
-        return call.type == "agent.tool_use" and self._for_worker(call) and self.session.client_runs_builtin
+        return self.session.client_runs_builtin and self._for_worker(call)
 
     def _await_client(self) -> bool:
         """A child thread's turn goes on while its parent's does: it waits for the answers, routed to its log
@@ -349,13 +362,13 @@ class ThreadRunner(SessionRunner):
         try:
             self._assemble()
             answered = -2  # the input each turn started from: another turn only for newer input
-            while not self.group.halt.is_set():
+            while not self.group.halted(self.thread.pk):
                 started_from = turn_boundary(self.events())
                 if self.thread.status == Status.IDLE and started_from <= answered:
                     break
                 answered = started_from
                 self._thread_turn()
-        except (LeaseLost, WorkerStopping):
+        except (LeaseLost, WorkerStopping, thread_log.ThreadTerminated):  # nothing more to write
             logger.info("thread %s of session %s let go", self.thread.pk, self.session_id)
         except Exception:
             logger.exception("thread %s of session %s failed", self.thread.pk, self.session_id)
@@ -372,7 +385,6 @@ class ThreadRunner(SessionRunner):
             stop_reason = self.advance()
         except TurnInterrupted:  # halted: the session's turn ended or was interrupted, or this thread was
             self.tools.abandon_open(self.events())
-            self.group.stopped(self.thread.pk)
             stop_reason = {"type": "end_turn"}
         except TurnEnded as ended:
             stop_reason = ended.stop_reason
@@ -388,7 +400,7 @@ class ThreadRunner(SessionRunner):
         """The turn's last message, sent to the parent thread (whose `wait_for_replies` hands it over)."""
         events = self.events()
         said = [event for event in events[turn_boundary(events) + 1 :] if event.type == "agent.message"]
-        text = "\n\n".join(block.get("text", "") for block in said[-1].body["content"]) if said else NO_REPLY
+        text = text_of(said[-1].body["content"]) if said else NO_REPLY
         parent = self.thread.parent_thread_id
         parent_name = None if parent == self.root.thread_id else SessionThread.objects.get(pk=parent).agent_name
         thread_log.message(

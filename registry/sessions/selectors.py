@@ -163,6 +163,11 @@ def session_is_live(session_id: str) -> bool:
     return Session.objects.filter(pk=session_id).exclude(status=Session.Status.TERMINATED).exists()
 
 
+def thread_is_live(thread_id: str) -> bool:
+    """The child thread exists and is not terminated (it is once archived, or once its session ended)."""
+    return SessionThread.objects.filter(pk=thread_id).exclude(status=SessionThread.Status.TERMINATED).exists()
+
+
 def session_status(session_id: str) -> str | None:
     return Session.objects.filter(pk=session_id).values_list("status", flat=True).first()
 

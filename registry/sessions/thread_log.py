@@ -19,6 +19,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from registry.core.errors import invalid_request
 from registry.sessions import log, notify
 from registry.sessions.models import Session, SessionEvent, SessionThread, ThreadEvent, primary_thread_id
 
@@ -50,11 +51,18 @@ Party = tuple[str, str | None]
 
 
 THREADS = SessionThread._meta.db_table
-NEXT_SEQ = f"UPDATE {THREADS} SET last_seq = last_seq + 1, updated_at = %s WHERE id = %s RETURNING last_seq"
+# A terminated thread's log takes nothing more: its status event is its last.
+NEXT_SEQ = (
+    f"UPDATE {THREADS} SET last_seq = last_seq + 1, updated_at = %s WHERE id = %s AND status <> %s RETURNING last_seq"
+)
 
 
 class ThreadLimit(Exception):
     """A thread could not be created: the session has as many threads as it may."""
+
+
+class ThreadTerminated(Exception):
+    """A write to the log of a terminated thread (archived, or its session ended): it takes no more events."""
 
 
 def as_log_event(row: ThreadEvent, session_id: str) -> SessionEvent:
@@ -87,8 +95,11 @@ def _post(
         log.insert_locked(event, session)
         return event
     with connection.cursor() as cursor:  # the next seq, taken in one statement (the row stays locked)
-        cursor.execute(NEXT_SEQ, [now, thread_id])
-        (seq,) = cursor.fetchone()
+        cursor.execute(NEXT_SEQ, [now, thread_id, Status.TERMINATED])
+        taken = cursor.fetchone()
+    if taken is None:
+        raise ThreadTerminated(f"thread {thread_id} is terminated (archived, or its session ended)")
+    (seq,) = taken
     row = ThreadEvent.objects.create(
         thread_id=thread_id, seq=seq, type=type, body=body, created_at=now, processed_at=now, **ids
     )
@@ -149,7 +160,13 @@ def route_answers(session: Session, answers: list[SessionEvent]) -> None:
     for call_id, body in calls.values_list("pk", "body"):
         answer = by_call[call_id]
         answer.body[THREAD_FIELD] = body[THREAD_FIELD]
-        _post(session, body[THREAD_FIELD], answer.type, dict(answer.body))
+        try:
+            _post(session, body[THREAD_FIELD], answer.type, dict(answer.body))
+        except ThreadTerminated:
+            raise invalid_request(
+                f"{answer.type}: the call {call_id} is of thread {body[THREAD_FIELD]}, which is terminated and "
+                "takes no more input."
+            ) from None
 
 
 def child_named(event: SessionEvent) -> str | None:
@@ -182,6 +199,11 @@ def _transition_locked(
     current = SessionThread.objects.select_for_update().only("status", "started_at").get(pk=thread.pk)
     if current.status == status or current.status == Status.TERMINATED:
         return
+    body: dict[str, Any] = {"session_thread_id": thread.pk, "agent_name": thread.agent_name}
+    if status == Status.IDLE:
+        body["stop_reason"] = stop_reason
+    _post(session, thread.pk, THREAD_STATUS_EVENTS[Status(status)], body)  # before the status: a terminated log
+    _post(session, primary_thread_id(session.pk), THREAD_STATUS_EVENTS[Status(status)], body)  # takes none
     now = timezone.now()
     fields: dict[str, Any] = {"status": status, "updated_at": now}
     if status == Status.IDLE:
@@ -189,11 +211,6 @@ def _transition_locked(
     if current.started_at is None and status == Status.RUNNING:
         fields["started_at"] = now
     SessionThread.objects.filter(pk=thread.pk).update(**fields)
-    body: dict[str, Any] = {"session_thread_id": thread.pk, "agent_name": thread.agent_name}
-    if status == Status.IDLE:
-        body["stop_reason"] = stop_reason
-    _post(session, thread.pk, THREAD_STATUS_EVENTS[Status(status)], body)
-    _post(session, primary_thread_id(session.pk), THREAD_STATUS_EVENTS[Status(status)], body)
     thread.status = status
 
 
@@ -266,7 +283,8 @@ def add_usage(
 
 # -- the API's writes ------------------------------------------------------------------------------------
 def archive(thread: SessionThread) -> SessionThread:
-    """Archive a child thread: it is terminated (a running turn of it stops at its next write)."""
+    """Archive a child thread: it is terminated (its log takes no more events; a turn of it running stops at
+    its next checkpoint)."""
     with transaction.atomic():
         row = SessionThread.objects.select_for_update().get(pk=thread.pk)
         if row.archived_at is None:

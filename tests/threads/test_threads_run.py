@@ -214,6 +214,18 @@ def test_an_interrupt_naming_a_child_stops_that_thread_only(team: Callable[..., 
     assert {thread.status for thread in children(chat)} == {"idle"}
 
 
+def test_an_archived_child_stops_and_its_log_takes_nothing_more(team: Callable[..., Conversation]) -> None:
+    chat = stalled_team(team)
+    first, *_ = running_children(chat, 3)
+    chat.sdk.beta.sessions.threads.archive(first.id, session_id=chat.session_id)
+    chat.send({"type": "user.interrupt"})  # the others are halted and reply; the archived one writes nothing
+    chat.wait_idle(timeout=15)
+    listed = [event.type for event in thread_events(chat, first.id)]
+    assert listed[-1] == "session.thread_status_terminated" and "agent.thread_message_sent" not in listed
+    statuses = {thread.id: thread.status for thread in children(chat)}
+    assert statuses.pop(first.id) == "terminated" and set(statuses.values()) == {"idle"}
+
+
 def test_archiving_the_session_terminates_every_thread(team: Callable[..., Conversation]) -> None:
     chat = stalled_team(team)
     chat.sdk.beta.sessions.archive(chat.session_id)
