@@ -7,6 +7,7 @@ REGISTRY_* tunables. Unset variables give the embedded default (SQLite, in-memor
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ INSTALLED_APPS = [
     "registry.extensions",
     "registry.internal",
     "registry.discovery",
+    "registry.webhooks",
     "gatewayproxy",
     "gatewayproxy.store",
 ]
@@ -245,6 +247,11 @@ REGISTRY_WORK_LEASE_SECONDS = env_int("REGISTRY_WORK_LEASE_SECONDS", 60)
 # Exceptions to the runtime's ban on non-public addresses for client-supplied URLs (MCP servers, OAuth
 # token endpoints): comma-separated `host`, `host:port` or CIDR entries (tests, private deployments).
 REGISTRY_EGRESS_ALLOW = env_str("REGISTRY_EGRESS_ALLOW")
+# The organisation id webhook payloads carry (`data.organization_id`): a stable id of this deployment.
+REGISTRY_ORGANIZATION_ID = (
+    env_str("REGISTRY_ORGANIZATION_ID")
+    or "org_" + hashlib.sha256(("organization:" + SECRET_KEY).encode()).hexdigest()[:24]
+)
 # Send the runtime's MCP calls through the gateway's MCP plane (`<REGISTRY_MODEL_BASE_URL>/v1/mcp`, the
 # server's name in `x-mcp-server`) instead of straight to the agents' MCP servers.
 REGISTRY_MCP_VIA_GATEWAY = env_bool("REGISTRY_MCP_VIA_GATEWAY", False)

@@ -1,0 +1,8 @@
+"""App config for webhooks."""
+
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "registry.webhooks"
+    label = "webhooks"
