@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "registry.internal",
     "registry.discovery",
     "registry.webhooks",
+    "registry.deployments",
     "gatewayproxy",
     "gatewayproxy.store",
 ]

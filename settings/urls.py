@@ -29,6 +29,8 @@ urlpatterns = [
     path("v1/", include("registry.gitcreds.urls")),
     path("v1/", include("registry.files.urls")),
     path("v1/", include("registry.skills.urls")),
+    path("v1/", include("registry.webhooks.urls")),
+    path("v1/", include("registry.deployments.urls")),
     path("", include("registry.environments.keys")),  # the runtime group's environment keys (issue 26)
     path("", include("registry.extensions.urls")),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),

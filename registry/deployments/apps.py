@@ -1,0 +1,8 @@
+"""App config for deployments."""
+
+from django.apps import AppConfig
+
+
+class DeploymentsConfig(AppConfig):
+    name = "registry.deployments"
+    label = "deployments"

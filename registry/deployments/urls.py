@@ -1,0 +1,3 @@
+"""URL patterns of the deployments API."""
+
+urlpatterns: list = []

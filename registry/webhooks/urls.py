@@ -1,0 +1,3 @@
+"""URL patterns of the webhooks API."""
+
+urlpatterns: list = []
