@@ -8,10 +8,10 @@ from typing import Any
 from rest_framework import serializers
 
 from registry.core.fields import MetadataField, StrictCharField, StrictIntegerField, StrictSerializer
+from registry.core.schedule import check_schedule, check_timezone
 from registry.core.serialization import ArchivableObjectSerializer, ConstantField, timestamp
 from registry.sessions.serializers import AgentReferenceField
 from registry.triggers.models import Trigger
-from registry.triggers.schedule import check_schedule, check_timezone
 from registry.triggers.titles import check_title_template
 
 ENVIRONMENT_ID = r"^env_[A-Za-z0-9_-]+$"

@@ -16,12 +16,12 @@ from rest_framework import serializers
 from registry.agents.selectors import usable_agent
 from registry.core.errors import ApiError, conflict, not_found
 from registry.core.fields import merge_metadata
+from registry.core.schedule import ScheduleError, next_fire_after
 from registry.core.selectors import require_live
 from registry.environments.selectors import usable_environment
 from registry.sessions.services import session_archive, session_create
 from registry.triggers import selectors
 from registry.triggers.models import SCHEDULED_STATUSES, Trigger, TriggerFire
-from registry.triggers.schedule import ScheduleError, next_fire_after
 from registry.triggers.titles import render_title
 from registry.vaults.models import Vault
 from registry.workspaces.models import Workspace

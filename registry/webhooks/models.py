@@ -81,6 +81,9 @@ class WebhookDelivery(models.Model):
     leased_by = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    redelivery_requested = models.BooleanField(
+        default=False, help_text="A manual redelivery asked for the next attempt (which is then marked `manual`)."
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["endpoint", "event"], name="webhook_delivery_unique")]
@@ -89,6 +92,14 @@ class WebhookDelivery(models.Model):
                 fields=["next_attempt_at", "event"], condition=Q(status="pending"), name="webhook_delivery_due_idx"
             ),
             models.Index(fields=["endpoint", "created_at", "id"], name="webhook_delivery_list_idx"),
+            # The sender claims each endpoint's oldest pending deliveries first (in event order).
+            models.Index(
+                fields=["endpoint", "event"], condition=Q(status="pending"), name="webhook_delivery_pending_idx"
+            ),
+            # Retention prunes finished deliveries by age.
+            models.Index(
+                fields=["completed_at"], condition=~Q(status="pending"), name="webhook_delivery_completed_idx"
+            ),
         ]
 
     def __str__(self) -> str:

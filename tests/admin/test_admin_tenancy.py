@@ -40,6 +40,11 @@ LISTS = (
     "/admin/skills/skill/",
     "/admin/skills/skillversion/",
     "/admin/triggers/trigger/",
+    "/admin/deployments/deployment/",
+    "/admin/deployments/deploymentrun/",
+    "/admin/webhooks/webhookendpoint/",
+    "/admin/webhooks/webhookdelivery/",
+    "/admin/webhooks/webhookevent/",
 )
 # (app label, model, foreign key): autocomplete lists the target's page queryset, whatever the source page.
 AUTOCOMPLETES = (

@@ -17,11 +17,11 @@ from django.db import connection
 from django.utils import timezone
 
 from fakes.waiting import wait_until
+from registry.core.schedule import next_fire_after
 from registry.core.serialization import timestamp
 from registry.sessions.models import Session, SessionEvent
 from registry.triggers import services
 from registry.triggers.models import Trigger, TriggerFire
-from registry.triggers.schedule import next_fire_after
 from registry.triggers.scheduler import run_once
 from tests.support import live
 

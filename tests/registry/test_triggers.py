@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from registry.core.schedule import next_fire_after
 from registry.core.serialization import timestamp
 from registry.sessions.models import Session, SessionEvent
-from registry.triggers.schedule import next_fire_after
 from tests.support.admin_pages import on
 from tests.support.api_errors import assert_error
 

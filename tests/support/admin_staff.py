@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, override_settings
 
 from registry.agents.models import AgentVersion
 from registry.environments import services as environment_services
@@ -16,6 +16,8 @@ from registry.environments.models import Environment
 from registry.sessions.models import WorkItem
 from registry.skills.models import SkillVersion
 from registry.vaults.models import VaultCredential
+from registry.webhooks import outbox
+from registry.webhooks.models import WebhookDelivery
 from registry.workspaces import services as workspace_services
 from registry.workspaces.models import ApiKey, StaffMembership, Workspace
 from tests.support.admin_turns import STAFF_PASSWORD, create_finished_turn
@@ -66,15 +68,36 @@ def _trigger(tenant: Tenant, agent_id: str, environment_id: str) -> str:
     return _created(tenant, "/v1/triggers", body)
 
 
+def _deployment_run(tenant: Tenant, agent_id: str, environment_id: str) -> tuple[str, str]:
+    """A deployment of the agent and its run made at once (issue 28)."""
+    go = [{"type": "user.message", "content": [{"type": "text", "text": "Report."}]}]
+    body = {"name": "daily", "agent": agent_id, "environment_id": environment_id, "initial_events": go}
+    deployment = _created(tenant, "/v1/deployments", body)
+    return deployment, _created(tenant, f"/v1/deployments/{deployment}/run", {})
+
+
+def _webhook_delivery(tenant: Tenant) -> tuple[str, str, str]:
+    """An endpoint (on a loopback URL the test allows), an event of the workspace and its delivery (issue 28)."""
+    with override_settings(REGISTRY_EGRESS_ALLOW="127.0.0.1"):
+        body = {"url": "http://127.0.0.1:9/hooks", "enabled_events": ["agent.created"]}
+        endpoint = _created(tenant, "/v1/webhooks", body)
+    event = outbox.emit("agent.created", workspace_id=tenant.workspace.pk, object_id="agent_of_the_admin_test")
+    delivery = WebhookDelivery.objects.create(endpoint_id=endpoint, event=event)
+    return endpoint, delivery.pk, str(event.pk)
+
+
 def holdings(tenant: Tenant) -> dict[str, str]:
     """One object of every kind in the tenant's workspace, made through the API (a session with a finished
     turn, its agent, environment and vault with a credential; a memory store, a git credential, a file, a skill,
-    a trigger; the workspace's key, an OIDC membership, a self_hosted environment's key and a work item), by the
-    admin list that shows it: {list URL: key}. Uploads need the default storage pointed at a test directory."""
+    a trigger, a deployment and its run, a webhook endpoint with an event and its delivery; the workspace's key,
+    an OIDC membership, a self_hosted environment's key and a work item), by the admin list that shows it:
+    {list URL: key}. Uploads need the default storage pointed at a test directory."""
     turn = create_finished_turn(tenant)
     skill = _uploaded(tenant, "/v1/skills", [("files[]", "pdf-tools/SKILL.md", "text/markdown", SKILL_MANIFEST)])
     subject = f"subject-of-{tenant.workspace.pk}"
     environment_key, work_item = _self_hosted(tenant, turn.agent_id)
+    deployment, deployment_run = _deployment_run(tenant, turn.agent_id, turn.environment_id)
+    endpoint, delivery, event = _webhook_delivery(tenant)
     return {
         "/admin/workspaces/workspace/": tenant.workspace.pk,
         "/admin/workspaces/apikey/": str(ApiKey.objects.get(workspace=tenant.workspace).pk),
@@ -95,6 +118,11 @@ def holdings(tenant: Tenant) -> dict[str, str]:
         "/admin/skills/skill/": skill,
         "/admin/skills/skillversion/": str(SkillVersion.objects.get(skill_id=skill).pk),
         "/admin/triggers/trigger/": _trigger(tenant, turn.agent_id, turn.environment_id),
+        "/admin/deployments/deployment/": deployment,
+        "/admin/deployments/deploymentrun/": deployment_run,
+        "/admin/webhooks/webhookendpoint/": endpoint,
+        "/admin/webhooks/webhookdelivery/": delivery,
+        "/admin/webhooks/webhookevent/": event,
     }
 
 

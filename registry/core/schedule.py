@@ -1,4 +1,5 @@
-"""Cron arithmetic of triggers: validating a schedule and a timezone, and the next fire time after an instant.
+"""Cron arithmetic of triggers and deployments: validating a schedule and a timezone, and the next fire
+time after an instant.
 
 Schedules are read on the trigger's local wall clock (croniter on naive local times) and every fire
 time is stored as a UTC instant, so daylight-saving changes move nothing but the UTC offset.
