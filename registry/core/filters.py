@@ -8,6 +8,7 @@ from typing import Any
 import django_filters
 from django.core.exceptions import ValidationError
 from django_filters.fields import IsoDateTimeField
+from django_filters.rest_framework import DjangoFilterBackend
 
 
 class UtcIsoDateTimeField(IsoDateTimeField):
@@ -35,3 +36,22 @@ class CreatedAtRangeFilter(django_filters.FilterSet):
 
     created_at_gte = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_at_lte = UtcDateTimeFilter(field_name="created_at", lookup_expr="lte")
+
+
+class BracketedFilterBackend(DjangoFilterBackend):
+    """django-filter's backend that also reads the reference client's bracketed parameters: it sends
+    `created_at[gte]` where our filters are named `created_at_gte`; a bracketed name is read as the
+    underscored one when the list has no filter of the underscored name given already."""
+
+    def get_filterset_kwargs(self, request: Any, queryset: Any, view: Any) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super().get_filterset_kwargs(request, queryset, view)
+        data = kwargs["data"]
+        bracketed = [key for key in data if key.endswith("]") and "[" in key]
+        if bracketed:
+            data = data.copy()
+            for key in bracketed:
+                name = key[:-1].replace("[", "_", 1)
+                if name not in data:
+                    data.setlist(name, data.getlist(key))
+            kwargs["data"] = data
+        return kwargs

@@ -72,6 +72,18 @@ def test_created_at_filters(api):
     assert_error(api.get("/v1/agents", {"created_at_gte": "yesterday"}), 400, "invalid_request_error")
 
 
+def test_created_at_filters_read_the_reference_clients_bracketed_names(api):
+    """The reference client sends `created_at[gte]`; it once went unread, so every agent came back."""
+    first, second = make_agents(api, 2)
+    second_created = api.get(f"/v1/agents/{second}").json()["created_at"]
+    assert [a["id"] for a in api.get("/v1/agents", {"created_at[gte]": second_created}).json()["data"]] == [second]
+    listed = [s["id"] for s in api.get("/v1/sessions", {"created_at[gt]": second_created}).json()["data"]]
+    assert listed == []
+    first_created = api.get(f"/v1/agents/{first}").json()["created_at"]
+    assert second not in [a["id"] for a in api.get("/v1/agents", {"created_at[lte]": first_created}).json()["data"]]
+    assert_error(api.get("/v1/agents", {"created_at[gte]": "yesterday"}), 400, "invalid_request_error")
+
+
 def test_created_at_filters_take_any_offset_python_reads_to_utc(api):
     """PostgreSQL refuses offsets past ±15:59 that ISO 8601 and Python allow (a fuzzer's find: a 500)."""
     [agent] = make_agents(api, 1)
