@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
+from registry.agents import services
 from registry.agents.models import Agent, AgentVersion
 from registry.core.admin import ArchivableAdmin, ReadOnlyAdmin, ReadOnlyInline, change_link, changelist_link
 from registry.core.admin_reading import ReadingStyles, json_diff, pretty_json
@@ -72,6 +73,9 @@ class AgentAdmin(ReadingStyles, ArchivableAdmin, ReadOnlyAdmin):
     readonly_fields = fields
     inlines = [AgentVersionInline]
     deletable = False
+
+    def archive_one(self, obj: Agent) -> None:
+        services.agent_archive(agent=obj)  # as the API's archive: its deployments pause, its webhook event
 
     @admin.display(description="sessions")
     def sessions(self, agent: Agent) -> SafeString:

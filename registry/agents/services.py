@@ -1,4 +1,5 @@
-"""Writes for agents: create, update (a new version, with an optimistic lock), archive."""
+"""Writes for agents: create, update (a new version, with an optimistic lock), archive. Each change writes its
+webhook event (`agent.*`) in its transaction; the API deletes no agent, so no `agent.deleted` is written."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from registry.agents import multiagent
 from registry.agents.models import Agent, AgentVersion
 from registry.core.errors import conflict
 from registry.core.fields import merge_metadata
+from registry.core.services import resource_archive
 from registry.skills.selectors import check_agent_skills
+from registry.webhooks import outbox
 from registry.workspaces.models import Workspace
 
 SPEC_FIELDS = (
@@ -119,6 +122,7 @@ def agent_create(*, workspace: Workspace, values: dict[str, Any]) -> Agent:
     agent.spec = spec
     agent.save(force_insert=True)
     AgentVersion.objects.create(agent=agent, version=1, spec=spec)
+    outbox.emit("agent.created", workspace_id=workspace.pk, object_id=agent.pk)
     return agent
 
 
@@ -147,4 +151,20 @@ def agent_update(*, agent: Agent, values: dict[str, Any]) -> Agent:
     locked.name = spec["name"]
     locked.save(update_fields=["version", "spec", "name", "updated_at"])
     AgentVersion.objects.create(agent=locked, version=locked.version, spec=spec)
+    outbox.emit("agent.updated", workspace_id=locked.workspace_id, object_id=locked.pk)
+    return locked
+
+
+@transaction.atomic
+def agent_archive(*, agent: Agent) -> Agent:
+    """Archive once (archiving an archived agent answers it again); the deployments that run it pause."""
+    locked = Agent.objects.select_for_update().get(pk=agent.pk)
+    if locked.archived_at is not None:
+        return locked
+    resource_archive(instance=locked)
+    # Imported here: the deployments app's services import the agents app (a deployment runs an agent).
+    from registry.deployments.services import deployments_pause_for_archive
+
+    deployments_pause_for_archive(workspace_id=locked.workspace_id, agent_id=locked.pk)
+    outbox.emit("agent.archived", workspace_id=locked.workspace_id, object_id=locked.pk)
     return locked

@@ -16,7 +16,7 @@ from registry.agents.serializers import AgentSerializer, AgentWriteSerializer
 from registry.core.errors import invalid_request
 from registry.core.openapi import LIST_PARAMETERS, list_schema
 from registry.core.pagination import KeysetPagination
-from registry.core.views import WorkspaceViewSet, WriteMixin, WriteServices
+from registry.core.views import WorkspaceViewSet, WriteMixin, WriteServices, object_action
 
 VERSION_PARAMETER = OpenApiParameter("version", OpenApiTypes.INT, description="Read this version of the agent.")
 
@@ -28,6 +28,8 @@ class AgentViewSet(WriteMixin, WorkspaceViewSet):
     filterset_class = AgentFilter
     write_serializer = AgentWriteSerializer
     write_services = WriteServices(services.agent_create, services.agent_update, "agent")
+
+    archive = object_action(services.agent_archive, "agent")
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agent = self.get_object()

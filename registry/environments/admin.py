@@ -46,6 +46,12 @@ class EnvironmentAdmin(ServiceWriteAdmin, ArchivableAdmin):
     write_serializer = EnvironmentWriteSerializer
     write_services = WriteServices(services.environment_create, services.environment_update, "environment")
 
+    def archive_one(self, obj: Environment) -> None:
+        services.environment_archive(environment=obj)  # as the API's: its deployments pause, its webhook event
+
+    def delete_model(self, request: HttpRequest, obj: Environment) -> None:
+        services.environment_delete(environment=obj)
+
     @admin.display(description="sessions")
     def sessions(self, environment: Environment) -> SafeString:
         return changelist_link(

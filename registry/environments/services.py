@@ -1,4 +1,5 @@
-"""Writes for environments: create and partial update (config fields omitted keep their value)."""
+"""Writes for environments: create, partial update (config fields omitted keep their value), archive, delete;
+each change writes its webhook event (`environment.*`) in its transaction."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 from django.db import transaction
 from rest_framework import serializers
 
-from registry.core.services import apply_updates
+from registry.core.services import apply_updates, resource_archive
 from registry.environments.models import Environment
 from registry.environments.serializers import PACKAGE_MANAGERS
+from registry.webhooks import outbox
 from registry.workspaces import scoped_credentials
 from registry.workspaces.models import Workspace
 
@@ -62,7 +64,7 @@ def build_config(given: dict[str, Any] | None, current: dict[str, Any] | None = 
 
 @transaction.atomic
 def environment_create(*, workspace: Workspace, values: dict[str, Any]) -> Environment:
-    return Environment.objects.create(
+    environment = Environment.objects.create(
         workspace=workspace,
         name=values["name"],
         description=values.get("description"),
@@ -70,6 +72,8 @@ def environment_create(*, workspace: Workspace, values: dict[str, Any]) -> Envir
         config=build_config(values.get("config")),
         scope=values.get("scope") or "organization",
     )
+    outbox.emit("environment.created", workspace_id=workspace.pk, object_id=environment.pk)
+    return environment
 
 
 @transaction.atomic
@@ -81,7 +85,31 @@ def environment_update(*, environment: Environment, values: dict[str, Any]) -> E
     if values.get("scope"):
         locked.scope = values["scope"]
     locked.save()
+    outbox.emit("environment.updated", workspace_id=locked.workspace_id, object_id=locked.pk)
     return locked
+
+
+@transaction.atomic
+def environment_archive(*, environment: Environment) -> Environment:
+    """Archive once (archiving an archived environment answers it again); the deployments in it pause."""
+    locked = Environment.objects.select_for_update().get(pk=environment.pk)
+    if locked.archived_at is not None:
+        return locked
+    resource_archive(instance=locked)
+    # Imported here: the deployments app's services import the environments app (a deployment runs in one).
+    from registry.deployments.services import deployments_pause_for_archive
+
+    deployments_pause_for_archive(workspace_id=locked.workspace_id, environment_id=locked.pk)
+    outbox.emit("environment.archived", workspace_id=locked.workspace_id, object_id=locked.pk)
+    return locked
+
+
+@transaction.atomic
+def environment_delete(*, environment: Environment) -> None:
+    """Delete the environment; `environment.deleted` is written only once the row is gone."""
+    environment_id, workspace_id = environment.pk, environment.workspace_id
+    environment.delete()
+    outbox.emit("environment.deleted", workspace_id=workspace_id, object_id=environment_id)
 
 
 # -- environment keys (issue 26): minted by staff for a self_hosted environment ---------------------------------

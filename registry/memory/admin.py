@@ -29,6 +29,12 @@ class MemoryStoreAdmin(ReadingStyles, ServiceWriteAdmin, ArchivableAdmin):
     write_serializer = MemoryStoreWriteSerializer
     write_services = WriteServices(services.memory_store_create, services.memory_store_update, "store")
 
+    def archive_one(self, obj: MemoryStore) -> None:
+        services.memory_store_archive(store=obj)  # as the API's archive and delete: with their webhook event
+
+    def delete_model(self, request: Any, obj: MemoryStore) -> None:
+        services.memory_store_delete(store=obj)
+
     def get_fields(self, request: Any, obj: MemoryStore | None = None) -> Any:
         fields = tuple(super().get_fields(request, obj))
         return fields if obj is None else (*fields, "memories")

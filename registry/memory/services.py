@@ -1,4 +1,5 @@
-"""Writes for memory stores and memories. Every change of a memory records a MemoryVersion.
+"""Writes for memory stores and memories. Every change of a memory records a MemoryVersion; a store's
+creation, archive and deletion write their webhook event (`memory_store.*`) in their transaction.
 
 Concurrency: updates and deletes lock the memory row, so two writers racing with the same
 precondition serialize and exactly one wins; paths are unique per store by a constraint.
@@ -15,8 +16,9 @@ from django.utils import timezone
 
 from registry.core.callers import Caller
 from registry.core.errors import ApiError, ErrorType, conflict, invalid_request
-from registry.core.services import apply_updates
+from registry.core.services import apply_updates, resource_archive
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
+from registry.webhooks import outbox
 from registry.workspaces.models import Workspace
 
 # What a memory may be, checked by the API and by the runtime's sync of a memory folder.
@@ -64,12 +66,14 @@ def precondition_failed(message: str) -> ApiError:
 # -- stores ---------------------------------------------------------------------------------------
 @transaction.atomic
 def memory_store_create(*, workspace: Workspace, values: dict[str, Any]) -> MemoryStore:
-    return MemoryStore.objects.create(
+    store = MemoryStore.objects.create(
         workspace=workspace,
         name=values["name"],
         description=values.get("description") or "",
         metadata=values.get("metadata", {}),
     )
+    outbox.emit("memory_store.created", workspace_id=workspace.pk, object_id=store.pk)
+    return store
 
 
 @transaction.atomic
@@ -79,6 +83,24 @@ def memory_store_update(*, store: MemoryStore, values: dict[str, Any]) -> Memory
     locked.description = locked.description or ""
     locked.save()
     return locked
+
+
+@transaction.atomic
+def memory_store_archive(*, store: MemoryStore) -> MemoryStore:
+    """Archive once (archiving an archived store answers it again); its memories become read-only."""
+    locked = MemoryStore.objects.select_for_update().get(pk=store.pk)
+    if locked.archived_at is None:
+        resource_archive(instance=locked)
+        outbox.emit("memory_store.archived", workspace_id=locked.workspace_id, object_id=locked.pk)
+    return locked
+
+
+@transaction.atomic
+def memory_store_delete(*, store: MemoryStore) -> None:
+    """Delete the store with its memories and their versions."""
+    store_id, workspace_id = store.pk, store.workspace_id
+    store.delete()
+    outbox.emit("memory_store.deleted", workspace_id=workspace_id, object_id=store_id)
 
 
 def _writable_store(store: MemoryStore) -> MemoryStore:

@@ -15,7 +15,7 @@ from registry.core.errors import flatten_validation_detail, invalid_request
 from registry.core.fields import validated
 from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_schema
 from registry.core.pagination import KeysetPagination, decode_cursor_token, encode_cursor_token, parse_limit
-from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices, object_action
 from registry.memory import selectors, services
 from registry.memory.filters import MemoryStoreFilter, MemoryVersionFilter
 from registry.memory.models import Memory, MemoryStore, MemoryVersion
@@ -44,6 +44,11 @@ class MemoryStoreViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     filterset_class = MemoryStoreFilter
     write_serializer = MemoryStoreWriteSerializer
     write_services = WriteServices(services.memory_store_create, services.memory_store_update, "store")
+
+    archive = object_action(services.memory_store_archive, "store")
+
+    def perform_delete(self, instance: MemoryStore) -> None:
+        services.memory_store_delete(store=instance)
 
 
 class StoreContentsViewSet(WorkspaceViewSet):

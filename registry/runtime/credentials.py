@@ -1,7 +1,8 @@
 """The bearer token a session uses for one of its agent's MCP servers, from the session's vaults.
 
 `static_bearer` gives its token; `mcp_oauth` its access token, refreshed first when it has expired
-and has refresh settings. No matching credential: the server is called without authentication.
+and has refresh settings (a refresh that fails writes `vault_credential.refresh_failed`, and the expired
+token is used). No matching credential: the server is called without authentication.
 """
 
 from __future__ import annotations
@@ -32,4 +33,5 @@ def bearer_for(*, workspace_id: str, vault_ids: list[str], server_url: str) -> s
             logger.warning(
                 "credential %s: refreshing the access token failed (%s)", credential.id, type(error).__name__
             )
+            vault_services.credential_refresh_failed(credential=credential)
     return vault_services.secret_of(credential, "access_token")

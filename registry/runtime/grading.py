@@ -1,6 +1,7 @@
 """The grader: once a turn with a defined outcome has nothing left to do, a model call judges the
 transcript against the outcome's rubric; `needs_revision` sends the agent back to work with the
-feedback, until the outcome's iterations run out. The outcome's evaluation resource follows each step."""
+feedback, until the outcome's iterations run out. The outcome's evaluation resource follows each step; each
+evaluation's end writes `session.outcome_evaluation_ended` (a webhook event) with its span."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from registry.runtime.running import RunningSession
 from registry.runtime.writer import TurnLog, span_usage
 from registry.sessions import selectors
 from registry.sessions.models import SessionEvent
+from registry.webhooks import outbox
 
 
 @dataclass(kw_only=True)
@@ -60,6 +62,11 @@ class Grader:
             else:
                 self._record(definition, iteration, result, explanation)
             self.turn.emit("span.outcome_evaluation_end", end)
+            outbox.emit(
+                "session.outcome_evaluation_ended",
+                workspace_id=self.session.workspace_id,
+                object_id=self.session.session_id,
+            )
         return result
 
     def _record(self, definition: dict[str, Any], iteration: int, result: str, explanation: str | None) -> None:

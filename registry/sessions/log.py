@@ -2,6 +2,8 @@
 
 One function per operation: `claim`, `renew`, `release` (the lease); `append` (user events),
 `acknowledge`, `emit`, `transition` (the log and the lifecycle); `add_usage`, `record_evaluation`.
+A status change also writes its webhook events (`STATUS_WEBHOOKS`) into the outbox, in its transaction;
+nothing else the log writes has one.
 Every write by a runtime worker carries its `Fence` and is refused (`LeaseLost`) in its own transaction
 once another worker holds the session or it is terminated; the public API writes without one.
 
@@ -28,6 +30,8 @@ from registry.core.errors import invalid_request, not_found
 from registry.core.ids import new_id
 from registry.sessions import notify, work
 from registry.sessions.models import Session, SessionEvent, WorkItem
+from registry.webhooks import outbox
+from registry.webhooks.models import WebhookEvent
 
 # What the model thought, kept on `agent.thinking` for the admin's transcript: {"type": "thinking", "text": …}, or
 # {"type": "redacted_thinking"} when the provider returned it encrypted. The API never renders it.
@@ -37,6 +41,7 @@ Status = Session.Status
 SESSIONS = Session._meta.db_table
 EVENTS = SessionEvent._meta.db_table
 WORK = WorkItem._meta.db_table
+WEBHOOK_EVENTS = WebhookEvent._meta.db_table
 ZERO = Decimal(0)
 EMPTY_USAGE = {
     "input_tokens": 0,
@@ -59,6 +64,15 @@ STATUS_EVENTS = {
     Status.TERMINATED: "session.status_terminated",
 }
 ORPHANED = (Status.RUNNING, Status.RESCHEDULING)
+# The webhook events of a move to each status: the reference client types two families, a subscriber picks
+# one; an idle session's stop reason may add one more.
+STATUS_WEBHOOKS = {
+    Status.RUNNING: ("session.status_run_started", "session.running"),
+    Status.RESCHEDULING: ("session.status_rescheduled", "session.pending"),
+    Status.IDLE: ("session.status_idled", "session.idled"),
+    Status.TERMINATED: ("session.status_terminated",),
+}
+STOP_REASON_WEBHOOKS = {"requires_action": "session.requires_action", "budget_reached": "session.budget_reached"}
 
 
 class LeaseLost(Exception):
@@ -101,7 +115,7 @@ def _check_fence(session_id: str, found: Session | None, fence: Fence | None) ->
 def locked(session_id: str, fence: Fence | None) -> Session:
     """Lock the session row (the caller is in a transaction); a fenced write is refused unless its fence
     still holds the session. The threads' log (`thread_log`) takes it first too."""
-    rows = Session.objects.select_for_update().only("last_seq", "status", "lease_owner", "lease_token")
+    rows = Session.objects.select_for_update().only("last_seq", "status", "lease_owner", "lease_token", "workspace_id")
     found = rows.filter(pk=session_id).first()
     _check_fence(session_id, found, fence)
     assert found is not None
@@ -349,7 +363,7 @@ def acknowledge(*, session_id: str, event_ids: list[str], fence: Fence | None = 
 # Take the next `seq` on the fenced session row (its lock orders the log) and insert the event with it;
 # with a `status`, also move the session to it, only from one of `sources` (a status event). `relaxed`
 # makes this transaction's commit skip the WAL flush when asked (`set_config` is local to it).
-EMIT_STATEMENT = f"""
+EMIT_TEMPLATE = f"""
 WITH relaxed AS (
     SELECT CASE WHEN %(flush)s THEN NULL ELSE set_config('synchronous_commit', 'off', true) END
 ), fenced AS (
@@ -358,12 +372,23 @@ WITH relaxed AS (
         stop_reason = CASE WHEN %(status)s IS NULL THEN stop_reason ELSE %(stop_reason)s::jsonb END,
         turn_attempts = CASE WHEN %(status)s = %(idle)s THEN 0 ELSE turn_attempts END
     WHERE id = %(session)s AND (%(sources)s::text[] IS NULL OR status = ANY(%(sources)s::text[])) AND {FENCED}
-    RETURNING id, last_seq
-)
+    RETURNING id, workspace_id, last_seq
+){{webhooks}}
 INSERT INTO {EVENTS} (id, session_id, seq, type, body, created_at, processed_at)
 SELECT %(id)s, fenced.id, fenced.last_seq, %(type)s, %(body)s::jsonb, %(now)s, %(now)s FROM fenced, relaxed
 RETURNING seq
 """
+# A status change's webhook events into the outbox in the same statement (`webhooks`: each one's id, type and
+# data, from `outbox.event_data`), given the session's workspace, which the caller does not know.
+WEBHOOKS_INSERT = f"""
+, webhooks AS (
+    INSERT INTO {WEBHOOK_EVENTS} (id, workspace_id, type, data, created_at)
+    SELECT hook.id, fenced.workspace_id, hook.type,
+        hook.data || jsonb_build_object('workspace_id', fenced.workspace_id), %(now)s
+    FROM fenced CROSS JOIN jsonb_to_recordset(%(webhooks)s::jsonb) AS hook(id text, type text, data jsonb)
+)"""
+EMIT_STATEMENT = EMIT_TEMPLATE.format(webhooks="")
+TRANSITION_STATEMENT = EMIT_TEMPLATE.format(webhooks=WEBHOOKS_INSERT)
 
 
 def emit(
@@ -413,10 +438,11 @@ def transition(
     if status == Status.IDLE and stop_reason is not None and stop_reason["type"] == "refusal":
         body["stop_details"] = stop_details  # the reference client's refusal details, or null
     event = _visible_event(session_id, STATUS_EVENTS[Status(status)], body, None)
+    webhooks = status_webhooks(status, stop_reason)
     if (
         _one_statement()
         and status != Status.TERMINATED
-        and _emit_in_one_statement(event, fence, status=status, stop_reason=stop_reason)
+        and _emit_in_one_statement(event, fence, status=status, stop_reason=stop_reason, webhooks=webhooks)
     ):
         notify.wake_after_commit(session_id)
         return event
@@ -441,8 +467,16 @@ def transition(
             thread_log.terminate_all(row)  # its threads end with it, each saying so, before its own terminal event
         Session.objects.filter(pk=session_id).update(**fields)
         insert_locked(event, row)
+        for webhook in webhooks:
+            outbox.emit(webhook, workspace_id=row.workspace_id, object_id=session_id)
     notify.wake_after_commit(session_id)
     return event
+
+
+def status_webhooks(status: str, stop_reason: dict[str, Any] | None) -> tuple[str, ...]:
+    """The webhook events of a move to `status` (with `stop_reason`, when it is `idle`)."""
+    stopped = STOP_REASON_WEBHOOKS.get((stop_reason or {}).get("type", ""))
+    return STATUS_WEBHOOKS[Status(status)] + ((stopped,) if stopped else ())
 
 
 def _visible_event(session_id: str, type: str, body: dict[str, Any], event_id: str | None) -> SessionEvent:
@@ -468,9 +502,11 @@ def _emit_in_one_statement(
     flush: bool = True,
     status: str | None = None,
     stop_reason: dict[str, Any] | None = None,
+    webhooks: tuple[str, ...] = (),
 ) -> bool:
-    """The event (and the move to `status`) in one round trip, its own transaction outside an atomic
-    block; False when the session did not take it (gone, fenced out, or not in a status it may leave)."""
+    """The event (and the move to `status`, with its `webhooks` events) in one round trip, its own transaction
+    outside an atomic block; False when the session did not take it (gone, fenced out, or not in a status it
+    may leave)."""
     sources = sorted(source for source, targets in TRANSITIONS.items() if status in targets) if status else None
     parameters = {
         **_fence_parameters(event.session_id, fence),
@@ -484,10 +520,25 @@ def _emit_in_one_statement(
         "type": event.type,
         "body": orjson.dumps(event.body).decode(),
     }
-    row = _one_row(EMIT_STATEMENT, parameters)
+    if webhooks:
+        parameters["webhooks"] = _webhook_rows(event.session_id, webhooks)
+    row = _one_row(TRANSITION_STATEMENT if webhooks else EMIT_STATEMENT, parameters)
     if row is not None:
         event.seq = row[0]
     return row is not None
+
+
+def _webhook_rows(session_id: str, webhooks: tuple[str, ...]) -> str:
+    """The outbox rows `WEBHOOKS_INSERT` takes, as JSON; the statement fills in the session's workspace."""
+    rows = [
+        {
+            "id": new_id(outbox.EVENT_ID_PREFIX),
+            "type": webhook,
+            "data": outbox.event_data(webhook, workspace_id="", object_id=session_id),
+        }
+        for webhook in webhooks
+    ]
+    return orjson.dumps(rows).decode()
 
 
 # -- what a session has used and how its outcomes stand -----------------------------------------------

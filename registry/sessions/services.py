@@ -1,7 +1,9 @@
 """The public writes for sessions: create, update, archive (terminates), delete, append user events.
 
 Every write of a session's log, status, lease or usage goes through `registry.sessions.log`; this
-module decides what the API may ask (references, budgets, what a user event may answer).
+module decides what the API may ask (references, budgets, what a user event may answer). Creating,
+updating, archiving and deleting a session write their webhook event (`session.*`) in their transaction;
+the log writes those of its status changes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from registry.sessions import log, notify, resources, selectors, thread_log, wor
 from registry.sessions.events import MAX_ITERATIONS_DEFAULT, NATIVE_BETA_FIELD
 from registry.sessions.models import Session, SessionEvent, primary_thread_id
 from registry.vaults.models import Vault
+from registry.webhooks import outbox
 from registry.workspaces.models import Workspace
 
 
@@ -76,6 +79,7 @@ def session_create(*, workspace: Workspace, values: dict[str, Any]) -> Session:
     )
     if work.needs_work(session):  # an environment worker runs its tools: queued in this transaction
         work.work_queue(session=session)
+    outbox.emit("session.created", workspace_id=workspace.pk, object_id=session.pk)
     initial_events = values.get("initial_events") or []
     if initial_events:
         events_append(session=session, events=initial_events)
@@ -89,6 +93,7 @@ def session_update(*, session: Session, values: dict[str, Any]) -> Session:
     if "budget" in values:
         _update_budget(locked, values["budget"])
     locked.save(update_fields=["title", "metadata", "budget", "updated_at"])
+    outbox.emit("session.updated", workspace_id=locked.workspace_id, object_id=locked.pk)
     return locked
 
 
@@ -114,6 +119,7 @@ def session_archive(*, session: Session) -> Session:
     if locked.archived_at is None:
         locked.archived_at = timezone.now()
         locked.save(update_fields=["archived_at", "updated_at"])
+        outbox.emit("session.archived", workspace_id=locked.workspace_id, object_id=locked.pk)
     if locked.status != Session.Status.TERMINATED:
         log.transition(session_id=locked.pk, status=Session.Status.TERMINATED)
         locked.refresh_from_db()
@@ -123,7 +129,9 @@ def session_archive(*, session: Session) -> Session:
 @transaction.atomic
 def session_delete(*, session: Session) -> None:
     work.work_stop_for_session(session_id=session.pk)
-    Session.objects.filter(pk=session.pk).delete()
+    deleted, _ = Session.objects.filter(pk=session.pk).delete()
+    if deleted:  # not when a concurrent delete came first
+        outbox.emit("session.deleted", workspace_id=session.workspace_id, object_id=session.pk)
     notify.wake_after_commit(session.pk)
     notify.wake_runtime(session.pk)
 

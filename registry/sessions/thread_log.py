@@ -5,7 +5,8 @@ do, then the thread row, whose `last_seq` gives the thread's events a gap-free `
 the reference client documents for the parent's stream is written there in the same transaction:
 `session.thread_created` in the parent thread's log, the thread's status events cross-posted to the
 primary thread's (the session's) log, and each agent-to-agent message as `agent.thread_message_sent` in
-the sender's log and `agent.thread_message_received` in the receiver's.
+the sender's log and `agent.thread_message_received` in the receiver's. A thread's creation and its moves to
+idle and terminated write their webhook event (`session.thread_*`, `THREAD_WEBHOOKS`) in the same transaction.
 
 The runtime reads every log as `SessionEvent` records (`as_log_event`): a thread's turn runs the same
 code as the session's.
@@ -22,6 +23,7 @@ from django.utils import timezone
 from registry.core.errors import invalid_request
 from registry.sessions import log, notify
 from registry.sessions.models import Session, SessionEvent, SessionThread, ThreadEvent, primary_thread_id
+from registry.webhooks import outbox
 
 Status = SessionThread.Status
 THREAD_STATUS_EVENTS = {
@@ -30,6 +32,8 @@ THREAD_STATUS_EVENTS = {
     Status.RESCHEDULING: "session.thread_status_rescheduled",
     Status.TERMINATED: "session.thread_status_terminated",
 }
+# The webhook event of a thread's move to a status (a thread running or rescheduling has none).
+THREAD_WEBHOOKS = {Status.IDLE: "session.thread_idled", Status.TERMINATED: "session.thread_terminated"}
 # Written to the receiving log when the reply was handed over by a tool result: shown, not replayed to the model.
 DELIVERED_FIELD = "_delivered"
 # The thread a cross-posted call (and its answer) belongs to, in the primary thread's log.
@@ -128,6 +132,7 @@ def create(
         )
         body = {"session_thread_id": thread.pk, "agent_name": agent_name, "workflow_run_id": None}
         _post(session, parent_thread_id, "session.thread_created", body)
+        _emit_webhook(session, thread, "session.thread_created")
         if task is not None:
             sender, content = task
             _message_locked(session, sender, (thread.pk, agent_name), content, delivered=False)
@@ -212,6 +217,13 @@ def _transition_locked(
         fields["started_at"] = now
     SessionThread.objects.filter(pk=thread.pk).update(**fields)
     thread.status = status
+    if status in THREAD_WEBHOOKS:
+        _emit_webhook(session, thread, THREAD_WEBHOOKS[Status(status)])
+
+
+def _emit_webhook(session: Session, thread: SessionThread, event_type: str) -> None:
+    """A thread's webhook event: its `id` is the session's, `session_thread_id` the thread's."""
+    outbox.emit(event_type, workspace_id=session.workspace_id, object_id=session.pk, session_thread_id=thread.pk)
 
 
 def message(

@@ -33,6 +33,12 @@ class VaultAdmin(ServiceWriteAdmin, ArchivableAdmin):
     write_serializer = VaultWriteSerializer
     write_services = WriteServices(services.vault_create, services.vault_update, "vault")
 
+    def archive_one(self, obj: Vault) -> None:
+        services.vault_archive(vault=obj)  # as the API's archive and delete: with their webhook event
+
+    def delete_model(self, request: HttpRequest, obj: Vault) -> None:
+        services.vault_delete(vault=obj)
+
     @admin.display(description="sessions")
     def sessions(self, vault: Vault) -> SafeString:
         return changelist_link("agent_sessions.Session", "sessions using this vault", vault_ids__icontains=vault.pk)
@@ -47,6 +53,12 @@ class VaultCredentialAdmin(ServiceWriteAdmin, ArchivableAdmin):
     readonly_fields = ("id", "workspace", "vault", "auth", "created_at", "updated_at")
     write_serializer = CredentialWriteSerializer
     write_services = WriteServices(services.credential_create, services.credential_update, "credential")
+
+    def archive_one(self, obj: VaultCredential) -> None:
+        services.credential_archive(credential=obj)  # as the API's archive and delete: with their webhook event
+
+    def delete_model(self, request: HttpRequest, obj: VaultCredential) -> None:
+        services.credential_delete(credential=obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # secrets enter through the API, where they are validated and sealed

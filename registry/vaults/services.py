@@ -3,6 +3,9 @@
 A credential's validated `auth` is split in two: its public fields (returned by the API) and its
 secrets (`token`, `access_token`, `refresh_token`, `client_secret`, `secret_value`), each sealed
 with AES-GCM bound to the credential id and the field's path.
+
+Creating, archiving and deleting a vault or a credential write their webhook event (`vault.*`,
+`vault_credential.*`) in their transaction; so does a failed refresh of a credential's access token.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from registry.core.egress import check_url
 from registry.core.errors import invalid_request
 from registry.core.ids import new_id
 from registry.core.secrets import seal, unseal
-from registry.core.services import apply_updates
+from registry.core.services import apply_updates, resource_archive
 from registry.vaults.models import Vault, VaultCredential
+from registry.webhooks import outbox
 from registry.workspaces.models import Workspace
 
 SECRET_FIELDS = frozenset({"token", "access_token", "refresh_token", "client_secret", "secret_value"})
@@ -51,9 +55,11 @@ def secret_of(credential: VaultCredential, path: str) -> str | None:
 
 @transaction.atomic
 def vault_create(*, workspace: Workspace, values: dict[str, Any]) -> Vault:
-    return Vault.objects.create(
+    vault = Vault.objects.create(
         workspace=workspace, display_name=values["display_name"], metadata=values.get("metadata", {})
     )
+    outbox.emit("vault.created", workspace_id=workspace.pk, object_id=vault.pk)
+    return vault
 
 
 @transaction.atomic
@@ -65,12 +71,33 @@ def vault_update(*, vault: Vault, values: dict[str, Any]) -> Vault:
 
 
 @transaction.atomic
+def vault_archive(*, vault: Vault) -> Vault:
+    """Archive once (archiving an archived vault answers it again); it takes no new credentials."""
+    locked = Vault.objects.select_for_update().get(pk=vault.pk)
+    if locked.archived_at is None:
+        resource_archive(instance=locked)
+        outbox.emit("vault.archived", workspace_id=locked.workspace_id, object_id=locked.pk)
+    return locked
+
+
+@transaction.atomic
+def vault_delete(*, vault: Vault) -> None:
+    """Delete the vault with its credentials: each credential's deletion is an event of its own too."""
+    vault_id, workspace_id = vault.pk, vault.workspace_id
+    credential_ids = list(VaultCredential.objects.filter(vault_id=vault_id).values_list("pk", flat=True))
+    vault.delete()
+    for credential_id in credential_ids:
+        outbox.emit("vault_credential.deleted", workspace_id=workspace_id, object_id=credential_id, vault_id=vault_id)
+    outbox.emit("vault.deleted", workspace_id=workspace_id, object_id=vault_id)
+
+
+@transaction.atomic
 def credential_create(*, vault: Vault, values: dict[str, Any]) -> VaultCredential:
     if vault.archived_at is not None:
         raise invalid_request(f"Vault {vault.id} is archived; it takes no new credentials.")
     credential_id = new_id("vcrd")
     public, sealed = split_secrets(values["auth"], credential_id)
-    return VaultCredential.objects.create(
+    credential = VaultCredential.objects.create(
         id=credential_id,
         workspace_id=vault.workspace_id,
         vault=vault,
@@ -79,6 +106,8 @@ def credential_create(*, vault: Vault, values: dict[str, Any]) -> VaultCredentia
         auth=public,
         sealed=sealed,
     )
+    _emit(credential, "vault_credential.created")
+    return credential
 
 
 @transaction.atomic
@@ -91,6 +120,28 @@ def credential_update(*, credential: VaultCredential, values: dict[str, Any]) ->
     apply_updates(locked, values, ("display_name",))
     locked.save()
     return locked
+
+
+@transaction.atomic
+def credential_archive(*, credential: VaultCredential) -> VaultCredential:
+    """Archive once (archiving an archived credential answers it again)."""
+    locked = VaultCredential.objects.select_for_update().get(pk=credential.pk)
+    if locked.archived_at is None:
+        resource_archive(instance=locked)
+        _emit(locked, "vault_credential.archived")
+    return locked
+
+
+@transaction.atomic
+def credential_delete(*, credential: VaultCredential) -> None:
+    """Delete one credential of its vault."""
+    credential_id, workspace_id, vault_id = credential.pk, credential.workspace_id, credential.vault_id
+    credential.delete()
+    outbox.emit("vault_credential.deleted", workspace_id=workspace_id, object_id=credential_id, vault_id=vault_id)
+
+
+def _emit(credential: VaultCredential, event_type: str) -> None:
+    outbox.emit(event_type, workspace_id=credential.workspace_id, object_id=credential.pk, vault_id=credential.vault_id)
 
 
 def _merge_auth(credential: VaultCredential, update: dict[str, Any]) -> None:
@@ -160,3 +211,10 @@ def credential_refresh_oauth(*, credential: VaultCredential) -> VaultCredential:
         locked.auth["expires_at"] = (timezone.now() + timedelta(seconds=int(token["expires_in"]))).isoformat()
     locked.save(update_fields=["auth", "sealed", "updated_at"])
     return locked
+
+
+@transaction.atomic
+def credential_refresh_failed(*, credential: VaultCredential) -> None:
+    """Record that refreshing the credential's access token failed (its refresh's own transaction was rolled
+    back, so this is written in one of its own): the `vault_credential.refresh_failed` event."""
+    _emit(credential, "vault_credential.refresh_failed")

@@ -10,8 +10,7 @@ from rest_framework.response import Response
 
 from registry.core.fields import validated
 from registry.core.openapi import LIST_PARAMETERS, deleted_response, list_schema
-from registry.core.services import resource_archive, resource_delete
-from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices
+from registry.core.views import DeleteMixin, WorkspaceViewSet, WriteMixin, WriteServices, object_action
 from registry.vaults import selectors, services
 from registry.vaults.models import Vault, VaultCredential
 from registry.vaults.serializers import (
@@ -27,6 +26,11 @@ class VaultViewSet(WriteMixin, DeleteMixin, WorkspaceViewSet):
     serializer_class = VaultSerializer
     write_serializer = VaultWriteSerializer
     write_services = WriteServices(services.vault_create, services.vault_update, "vault")
+
+    archive = object_action(services.vault_archive, "vault")
+
+    def perform_delete(self, instance: Vault) -> None:
+        services.vault_delete(vault=instance)
 
 
 class CredentialViewSet(WorkspaceViewSet):
@@ -64,9 +68,9 @@ class CredentialViewSet(WorkspaceViewSet):
 
     @extend_schema(request=None, responses=CredentialSerializer)
     def archive(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(self.render(resource_archive(instance=self.credential())))
+        return Response(self.render(services.credential_archive(credential=self.credential())))
 
     @extend_schema(responses=deleted_response("vault_credential"))
     def destroy(self, request: Request, id: str, credential_id: str) -> Response:
-        resource_delete(instance=self.credential())
+        services.credential_delete(credential=self.credential())
         return Response({"id": credential_id, "type": "vault_credential_deleted"})

@@ -1,0 +1,1 @@
+"""The webhook events each change writes into the outbox, through the API and the runtime."""
