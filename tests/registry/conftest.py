@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,9 @@ import pytest
 
 from registry.sessions.work import POLL_WAKEUPS
 from tests.support.oidc_provider import REGISTRY_CLIENT_ID, RunningProvider
+from tests.support.serving import refusing_url
+
+__all__ = ["refusing_url"]
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -40,15 +42,6 @@ def oidc(oidc_provider: RunningProvider, settings: Any) -> RunningProvider:
     settings.OIDC_RP_CLIENT_ID = REGISTRY_CLIENT_ID
     settings.OIDC_RP_CLIENT_SECRET = oidc_provider.register_client(REGISTRY_CLIENT_ID).client_secret
     return oidc_provider
-
-
-@pytest.fixture
-def refusing_url() -> Iterator[str]:
-    """A loopback URL whose port is bound but not listening, so every connection is refused."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
-        bound.bind(("127.0.0.1", 0))
-        host, port = bound.getsockname()
-        yield f"http://{host}:{port}/userinfo"
 
 
 @pytest.fixture

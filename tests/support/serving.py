@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from typing import Protocol, TypeVar
+
+import pytest
 
 
 class Stoppable(Protocol):
@@ -24,3 +27,12 @@ def served(server: S) -> Iterator[S]:
 
 
 serving = contextlib.contextmanager(served)
+
+
+@pytest.fixture
+def refusing_url() -> Iterator[str]:
+    """A loopback URL whose port is bound but not listening, so every connection is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
+        bound.bind(("127.0.0.1", 0))
+        host, port = bound.getsockname()
+        yield f"http://{host}:{port}/userinfo"

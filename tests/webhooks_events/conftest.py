@@ -4,20 +4,20 @@ fixtures, with their `open_session`, and the multi-agent tests' `team`)."""
 
 from __future__ import annotations
 
-from tests.registry.conftest import refusing_url
-from tests.runtime.conftest import open_session
 from tests.support.runtime.fixtures import (
     child_env,
     fake_model,
     model,
+    open_session,
     registry,
     sdk,
     shop,
     shop_server,
+    team,
     worker_pool,
     workers,
 )
-from tests.threads.conftest import team
+from tests.support.serving import refusing_url
 
 __all__ = [
     "child_env",

@@ -1,7 +1,8 @@
 """Fixtures shared by the packages that run the registry's processes (runtime, threads, observability, tracing):
 the fake model and the MCP server on loopback, the child environment, the live registry, the reference client,
 and `runsessions` workers (a package's shared pool, and extra ones per test).
-A conftest imports the ones it uses; package-scoped ones then live once per importing package."""
+`open_session` and `team` (an orchestrator with a roster) open sessions on them. A conftest imports the ones it
+uses; package-scoped ones then live once per importing package."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import anthropic
 import pytest
@@ -18,9 +20,11 @@ from registry.sandbox.disks import release_root
 from tests.support.clients import registry_client
 from tests.support.mcp_servers import ShopMcpServer
 from tests.support.processes import LiveRegistry, Process, child_environment, start_registry, start_runsessions
-from tests.support.runtime.sessions import WorkerPool
+from tests.support.runtime.sessions import MODEL, Conversation, WorkerPool
 from tests.support.serving import served
 from tests.support.tenants import make_tenant
+
+TOOLSET: Any = {"type": "agent_toolset_20260401"}
 
 
 @pytest.fixture(scope="package")
@@ -108,3 +112,53 @@ def start_worker(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def open_session(sdk: anthropic.Anthropic, registry: LiveRegistry, workers: WorkerPool) -> Callable[..., Conversation]:
+    """Create an agent (keyword arguments), an environment and a session on the given harness."""
+
+    def open_session(
+        *,
+        harness: dict[str, Any] | None = None,
+        vault_ids: list[str] | None = None,
+        resources: list[dict[str, Any]] | None = None,
+        environment: dict[str, Any] | None = None,
+        **agent: Any,
+    ) -> Conversation:
+        created = sdk.beta.agents.create(name="runner", model=MODEL, **agent)
+        made = sdk.beta.environments.create(name="env", **(environment or {}))
+        extra = {"harness": harness} if harness else None
+        session = sdk.beta.sessions.create(
+            agent=created.id,
+            environment_id=made.id,
+            extra_body=extra,
+            vault_ids=vault_ids or [],
+            resources=cast(Any, resources or []),
+        )
+        return Conversation(sdk=sdk, session_id=session.id, processes=[registry.process, *workers.processes])
+
+    return open_session
+
+
+@pytest.fixture
+def team(sdk: anthropic.Anthropic, registry: LiveRegistry, workers: WorkerPool) -> Callable[..., Conversation]:
+    """A session of an orchestrator whose roster is `researcher` and `writer` (both with the built-in tools);
+    keyword arguments replace members of its `multiagent`, set the session's `budget` or add agent fields."""
+
+    def open_team(**overrides: Any) -> Conversation:
+        researcher = sdk.beta.agents.create(name="researcher", model=MODEL, description="finds", tools=[TOOLSET])
+        writer = sdk.beta.agents.create(name="writer", model=MODEL, description="writes", tools=[TOOLSET])
+        multiagent: dict[str, Any] = {
+            "type": "multiagent_20261001",
+            "subagents": {"type": "enabled", "predefined_agents": [researcher.id, writer.id]},
+            **{key: overrides.pop(key) for key in ("subagents", "advisor") if key in overrides},
+        }
+        session_fields = {"budget": overrides.pop("budget")} if "budget" in overrides else {}
+        fields: dict[str, Any] = {"tools": [TOOLSET], **overrides}
+        boss = sdk.beta.agents.create(name="boss", model=MODEL, multiagent=multiagent, **fields)  # type: ignore[arg-type]
+        environment = sdk.beta.environments.create(name="env")
+        session = sdk.beta.sessions.create(agent=boss.id, environment_id=environment.id, **session_fields)
+        return Conversation(sdk=sdk, session_id=session.id, processes=[registry.process, *workers.processes])
+
+    return open_team
