@@ -15,6 +15,9 @@ from registry.deployments.models import Deployment
 from registry.sessions.work import POLL_WAKEUPS
 from tests.support.clients import registry_client
 from tests.support.tenants import Tenant, make_tenant
+from tests.support.webhook_delivery import every_event_delivered
+
+__all__ = ["every_event_delivered"]
 
 GO = [{"type": "user.message", "content": [{"type": "text", "text": "Write the daily report."}]}]
 EVERY_MINUTE = {"type": "cron", "expression": "* * * * *", "timezone": "UTC"}

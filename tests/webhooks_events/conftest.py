@@ -18,9 +18,11 @@ from tests.support.runtime.fixtures import (
     workers,
 )
 from tests.support.serving import refusing_url
+from tests.support.webhook_delivery import every_event_delivered
 
 __all__ = [
     "child_env",
+    "every_event_delivered",
     "fake_model",
     "model",
     "open_session",
