@@ -196,7 +196,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["registry.core.callers.IsWorkspaceMember"],
     "DEFAULT_RENDERER_CLASSES": ["registry.core.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["registry.core.filters.BracketedFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "registry.core.openapi.RegistrySchema",
     "EXCEPTION_HANDLER": "registry.core.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -253,6 +253,27 @@ REGISTRY_ORGANIZATION_ID = (
     env_str("REGISTRY_ORGANIZATION_ID")
     or "org_" + hashlib.sha256(("organization:" + SECRET_KEY).encode()).hexdigest()[:24]
 )
+# Webhook delivery (`runwebhooks`, registry/webhooks/delivery.py): a request's whole time limit (no redirect followed).
+REGISTRY_WEBHOOK_TIMEOUT_SECONDS = env_float("REGISTRY_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+# The wait before each retry of a delivery (seconds, comma-separated, each jittered to [half, all]); when the
+# list is spent the delivery is `failed` (the default: 10 attempts over about a day).
+REGISTRY_WEBHOOK_RETRY_SCHEDULE = env_str(
+    "REGISTRY_WEBHOOK_RETRY_SCHEDULE", "30,120,600,1800,3600,7200,14400,28800,28800"
+)
+# After an endpoint's n-th failure in a row nothing more is sent to it for min(base * 2^(n-1), max) s (jittered).
+REGISTRY_WEBHOOK_ENDPOINT_BACKOFF_SECONDS = env_float("REGISTRY_WEBHOOK_ENDPOINT_BACKOFF_SECONDS", 1.0)
+REGISTRY_WEBHOOK_ENDPOINT_BACKOFF_MAX_SECONDS = env_float("REGISTRY_WEBHOOK_ENDPOINT_BACKOFF_MAX_SECONDS", 300.0)
+# An endpoint that has failed continuously this long with no success is disabled (the retry horizon: a day).
+REGISTRY_WEBHOOK_DISABLE_AFTER_SECONDS = env_float("REGISTRY_WEBHOOK_DISABLE_AFTER_SECONDS", 86400.0)
+# How long a claimed delivery stays a sender's: a killed sender's claims are sent again by another after this.
+REGISTRY_WEBHOOK_LEASE_SECONDS = env_float("REGISTRY_WEBHOOK_LEASE_SECONDS", 60.0)
+# How often a sender looks for new events and due deliveries (the delivery lag's floor).
+REGISTRY_WEBHOOK_POLL_SECONDS = env_float("REGISTRY_WEBHOOK_POLL_SECONDS", 0.2)
+# Requests one sender has in flight to one endpoint, and in all.
+REGISTRY_WEBHOOK_ENDPOINT_CONCURRENCY = env_int("REGISTRY_WEBHOOK_ENDPOINT_CONCURRENCY", 8)
+REGISTRY_WEBHOOK_CONCURRENCY = env_int("REGISTRY_WEBHOOK_CONCURRENCY", 256)
+# Finished deliveries and dispatched events older than this are pruned (a sender checks hourly).
+REGISTRY_WEBHOOK_RETENTION_DAYS = env_int("REGISTRY_WEBHOOK_RETENTION_DAYS", 30)
 # Send the runtime's MCP calls through the gateway's MCP plane (`<REGISTRY_MODEL_BASE_URL>/v1/mcp`, the
 # server's name in `x-mcp-server`) instead of straight to the agents' MCP servers.
 REGISTRY_MCP_VIA_GATEWAY = env_bool("REGISTRY_MCP_VIA_GATEWAY", False)

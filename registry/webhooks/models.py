@@ -72,7 +72,8 @@ class WebhookDelivery(models.Model):
         FAILED = "failed"
 
     id = public_id_field("whdl")
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    # No index of its own: the unique (endpoint, event) pair leads with it.
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
     event = models.ForeignKey(WebhookEvent, on_delete=models.CASCADE, related_name="deliveries")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempt_count = models.PositiveIntegerField(default=0)
@@ -88,11 +89,9 @@ class WebhookDelivery(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["endpoint", "event"], name="webhook_delivery_unique")]
         indexes = [
-            models.Index(
-                fields=["next_attempt_at", "event"], condition=Q(status="pending"), name="webhook_delivery_due_idx"
-            ),
             models.Index(fields=["endpoint", "created_at", "id"], name="webhook_delivery_list_idx"),
-            # The sender claims each endpoint's oldest pending deliveries first (in event order).
+            # The sender claims each endpoint's oldest due deliveries first (in event order), looking for them
+            # through this index only: each index more is written on every fan-out, claim and settle.
             models.Index(
                 fields=["endpoint", "event"], condition=Q(status="pending"), name="webhook_delivery_pending_idx"
             ),
@@ -110,7 +109,8 @@ class WebhookAttempt(models.Model):
     """One try of a delivery: when, how long, the response's status and first bytes, or the error."""
 
     id = public_id_field("what")
-    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: (delivery, number) leads with it.
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     manual = models.BooleanField(default=False, help_text="Sent by a manual redelivery.")
     started_at = models.DateTimeField()

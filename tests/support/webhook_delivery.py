@@ -42,14 +42,12 @@ def catch_all_endpoint(workspace_id: str, url: str, secret: str, *, since: Any) 
 
 
 async def _send(claims: list[Claim], config: DeliveryConfig) -> list[SendResult]:
-    sender = Sender(
-        timeout=config.timeout_seconds, connections_per_destination=config.endpoint_concurrency, rules=runtime_rules
-    )
+    sender = Sender(timeout=config.timeout_seconds, rules=runtime_rules)
     try:
         messages = [Message(c.url, c.webhook_id, c.body, c.secret, owner=c.endpoint_id) for c in claims]
         return list(await asyncio.gather(*(sender.send(message) for message in messages)))
     finally:
-        await sender.aclose()
+        sender.close()
 
 
 def deliver_pending() -> int:

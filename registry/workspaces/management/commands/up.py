@@ -5,9 +5,10 @@ Migrates, creates a demo workspace on first start (printing its key once), then 
 
 Every port it binds moves with a flag or a variable: the registry (`--port`, `REGISTRY_PORT`, 8000),
 the gateway's data and admin planes (`--gateway-port`, `GATEWAY_PORT`, 8080; `--gateway-admin-port`,
-`GATEWAY_ADMIN_PORT`, 9099) and the health servers of runsessions and runtriggers
-(`--sessions-health-port`, `--triggers-health-port`: 9100 and 9101; 0 = a free port, `off` = none). The
-runtime's model calls follow the gateway's port unless `REGISTRY_MODEL_BASE_URL` says otherwise.
+`GATEWAY_ADMIN_PORT`, 9099) and the health servers of runsessions, runtriggers and runwebhooks
+(`--sessions-health-port`, `--triggers-health-port`, `--webhooks-health-port`: 9100, 9101 and 9102; 0 = a free
+port, `off` = none). The runtime's model calls follow the gateway's port unless `REGISTRY_MODEL_BASE_URL` says
+otherwise.
 
 The gateway serves the config stored in the database (`rungateway --database`), so edits in the admin take
 effect: on first start `examples/gateway/demo.yaml` is imported into the empty store, and every start moves the
@@ -50,6 +51,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--sessions-health-port", default="9100", help="a port, 0 (a free one) or off")
         parser.add_argument("--triggers-health-port", default="9101", help="a port, 0 (a free one) or off")
+        parser.add_argument("--webhooks-health-port", default="9102", help="a port, 0 (a free one) or off")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -127,6 +129,7 @@ class Command(BaseCommand):
         others: tuple[tuple[str, list[str], dict[str, str]], ...] = (
             ("runsessions", [], {"REGISTRY_HEALTH_PORT": options["sessions_health_port"]}),
             ("runtriggers", [], {"REGISTRY_HEALTH_PORT": options["triggers_health_port"]}),
+            ("runwebhooks", [], {"REGISTRY_HEALTH_PORT": options["webhooks_health_port"]}),
             ("rungateway", gateway, {}),
         )
         available = get_commands()
