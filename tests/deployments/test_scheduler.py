@@ -7,11 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from datetime import datetime, timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from registry.core.serialization import timestamp
@@ -24,6 +22,7 @@ from registry.triggers.scheduler import DEPLOYMENT_FIRES, fire_due_deployments, 
 from registry.webhooks.models import WebhookEvent
 from tests.deployments.conftest import EVERY_MINUTE
 from tests.support import live
+from tests.support.schedulers import race_schedulers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,26 +158,7 @@ def assert_one_run_per_tick(deployment: Deployment, ticks: list[datetime]) -> No
 def test_two_scheduler_threads_fire_each_tick_once(workspace):
     deployment = due(workspace)
     ticks = ticks_of(deployment)
-    barrier = threading.Barrier(2)
-    failures: list[BaseException] = []
-
-    def scheduler() -> None:
-        try:
-            for tick in ticks:
-                barrier.wait(timeout=30)
-                run_once(now=tick)
-        except BaseException as error:  # reported by the test thread
-            failures.append(error)
-            barrier.abort()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=scheduler) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert failures == []
+    race_schedulers(ticks)
     assert_one_run_per_tick(deployment, ticks)
 
 

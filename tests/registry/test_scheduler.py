@@ -8,12 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from fakes.waiting import wait_until
@@ -24,6 +22,7 @@ from registry.triggers import services
 from registry.triggers.models import Trigger, TriggerFire
 from registry.triggers.scheduler import run_once
 from tests.support import live
+from tests.support.schedulers import race_schedulers
 
 MINUTE = timedelta(minutes=1)
 
@@ -255,27 +254,8 @@ def assert_one_session_per_tick(trigger, ticks):
 def test_two_scheduler_threads_start_one_session_per_tick(make_trigger):
     trigger = make_trigger()
     ticks = ticks_of(trigger)
-    barrier = threading.Barrier(2)
     fired: Counter[datetime] = Counter()
-    failures: list[BaseException] = []
-
-    def scheduler():
-        try:
-            for tick in ticks:
-                barrier.wait(timeout=30)
-                fired.update(fire.fire_at for fire in run_once(now=tick))
-        except BaseException as error:  # reported by the test thread
-            failures.append(error)
-            barrier.abort()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=scheduler) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert failures == []
+    race_schedulers(ticks, fired=lambda fires: fired.update(fire.fire_at for fire in fires))
     assert fired == Counter(ticks)
     assert_one_session_per_tick(trigger, ticks)
 
