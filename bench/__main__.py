@@ -19,6 +19,7 @@ BENCHMARKS = (
     "fleet",
     "work",
     "threads",
+    "webhooks",
 )
 
 
