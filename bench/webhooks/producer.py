@@ -1,8 +1,8 @@
 """`python -m bench.webhooks.producer SESSION RATE SECONDS OFFSET`: one producer process of the webhook benchmark
 (settings.base, DATABASE_URL from the environment). Once Django is up it prints `ready` and reads a wall-clock
-start time from stdin; from then it writes, at RATE per second (0: as fast as it can) for SECONDS, transactions
-that append a `SessionEvent` to SESSION's log and `outbox.emit` the matching webhook event (the benchmark's types
-in turn, from OFFSET). Prints `count elapsed`.
+start time from stdin; from then it writes, at RATE events per second (0: as fast as it can) for SECONDS,
+transactions that append a `SessionEvent` to SESSION's log and `outbox.emit` the two webhook events of that status
+change (the benchmark's `TRANSITIONS` in turn, from OFFSET). Prints `events elapsed`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def main() -> None:
     django.setup()
     from django.db import transaction
 
-    from bench.webhooks.__main__ import TYPES
+    from bench.webhooks.__main__ import TRANSITIONS
     from registry.sessions.models import Session, SessionEvent
     from registry.webhooks import outbox
 
@@ -38,12 +38,13 @@ def main() -> None:
             due = started + count / rate
             if due > now:
                 time.sleep(due - now)
-        event_type = TYPES[(offset + count) % len(TYPES)]
+        transition = TRANSITIONS[(offset + count // 2) % len(TRANSITIONS)]
         with transaction.atomic():
-            SessionEvent.objects.create(session_id=session_id, seq=seq, type=event_type, body={"bench": True})
-            outbox.emit(event_type, workspace_id=workspace_id, object_id=session_id)
+            SessionEvent.objects.create(session_id=session_id, seq=seq, type=transition[0], body={"bench": True})
+            for event_type in transition:
+                outbox.emit(event_type, workspace_id=workspace_id, object_id=session_id)
         seq += 1
-        count += 1
+        count += len(transition)
     print(count, time.monotonic() - started, flush=True)
 
 

@@ -9,6 +9,7 @@ never overwrites the sender that took over.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
@@ -30,6 +31,8 @@ from registry.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEnd
 from registry.webhooks.outbox import payload
 from registry.webhooks.sender import SendResult
 from registry.webhooks.signing import seal_context
+
+logger = logging.getLogger(__name__)
 
 PENDING = WebhookDelivery.Status.PENDING
 ENABLED = WebhookEndpoint.State.ENABLED
@@ -309,8 +312,13 @@ def claim_portable(
 
 @lru_cache(maxsize=4096)
 def signing_secret(endpoint_id: str, sealed: str) -> str:
-    """The endpoint's `whsec_` secret (remembered per sealed value, so a regenerated secret is used at once)."""
-    return unseal(sealed, context=seal_context(endpoint_id))
+    """The endpoint's `whsec_` secret (remembered per sealed value, so a regenerated secret is used at once);
+    empty when it cannot be unsealed (its key left the key ring), which the sender records as the failure."""
+    try:
+        return unseal(sealed, context=seal_context(endpoint_id))
+    except Exception:  # InvalidTag, a missing key, a damaged value: that endpoint fails, the others go on
+        logger.exception("webhook endpoint %s: its signing secret could not be unsealed", endpoint_id)
+        return ""
 
 
 def release(delivery_ids: Collection[str], *, owner: str) -> int:

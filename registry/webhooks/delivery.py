@@ -2,8 +2,8 @@
 the attempts. Several senders may share one outbox (PostgreSQL); on SQLite run one.
 
 One asyncio loop runs four tasks; every database call runs in a database thread (`deliveries`, one short
-transaction each: the queue's thread for claims and settles, the outbox's for fan-outs), so the ORM never blocks
-the sends:
+transaction each: one thread for claims, one for settling attempts, one for fan-outs), so the ORM never blocks
+the sends, and a large fan-out never holds up a claim:
 
 - dispatch: every `REGISTRY_WEBHOOK_POLL_SECONDS` (at once while a batch came back full), fan out the oldest
   undispatched events (`deliveries.dispatch`);
@@ -57,6 +57,7 @@ STOP_SIGNALS = ("SIGTERM", "SIGINT")
 HEALTH_PORT = 9102
 PRUNE_EVERY_SECONDS = 3600.0
 SWEEP_EVERY_SECONDS = 60.0
+SETTLE_TRIES = 12  # about half a minute of retries (a database restart) before a batch is let go
 T = TypeVar("T")
 
 
@@ -95,10 +96,11 @@ class Deliverer:
         self.saturated = False  # a lane waits for a free slot of the process-wide bound
         self.sends: set[asyncio.Task[None]] = set()
         self.background: set[asyncio.Task[Any]] = set()
-        # Two database threads, each with its connection: the queue's (claims, settles, releases) and the
-        # outbox's (fan-outs, pruning), so a large fan-out never holds up the sends.
+        # Three database threads, each with its connection, so that no kind of work waits behind another: the
+        # queue's (claims, releases), the settling one (attempts), the outbox's (fan-outs, pruning).
         self.database = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webhook-queue")
         self.outbox = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webhook-outbox")
+        self.settling = ThreadPoolExecutor(max_workers=1, thread_name_prefix="webhook-settle")
         self.sender = Sender(timeout=config.timeout_seconds, rules=runtime_rules)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopped = asyncio.Event()
@@ -140,7 +142,7 @@ class Deliverer:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(self._main())
         finally:
-            for executor in (self.database, self.outbox):
+            for executor in (self.database, self.outbox, self.settling):
                 executor.submit(close_connection).result()
                 executor.shutdown()
             if health:
@@ -182,7 +184,7 @@ class Deliverer:
         call = partial(in_database, function, *args, **kwargs)
         try:
             return await self.loop.run_in_executor(thread or self.database, call)
-        except DatabaseError:
+        except Exception:  # the database, or a bug: logged, and the loop goes on (a claim's lease lapses)
             logger.exception("webhook sender: %s failed", getattr(function, "__name__", function))
             return None
 
@@ -331,10 +333,19 @@ class Deliverer:
 
     async def _settle(self, batch: list[tuple[Claim, SendResult]]) -> None:
         tries = 0
-        while (settled := await self._database(deliveries.settle, batch, owner=self.owner, config=self.config)) is None:
+        while (
+            settled := await self._database(
+                deliveries.settle, batch, owner=self.owner, config=self.config, thread=self.settling
+            )
+        ) is None:
             tries += 1
-            if self.stopping.is_set() and tries >= 3:
-                logger.error("webhook sender: %d attempts could not be recorded; their leases will lapse", len(batch))
+            if tries >= (3 if self.stopping.is_set() else SETTLE_TRIES):
+                # Their leases lapse and they are sent again: at least once, the same webhook-id.
+                logger.error("webhook sender: %d attempts could not be recorded", len(batch))
+                for endpoint_id in {claim.endpoint_id for claim, _ in batch}:
+                    if (lane := self.lanes.get(endpoint_id)) is not None:
+                        lane.blocked = False
+                        self._pump(lane)
                 return
             await asyncio.sleep(min(0.1 * 2**tries, 5.0))
         metrics.FAILED_DELIVERIES.inc(settled.failed_deliveries)

@@ -10,8 +10,8 @@ from registry.webhooks import deliveries
 
 ATTEMPTS = Counter(
     "registry_webhook_attempts_total",
-    "Webhook requests this sender made, by outcome (succeeded, http_status, redirect, timeout, connection, "
-    "egress_refused, invalid_url, error).",
+    "Webhook attempts this sender made, by outcome (succeeded, http_status, redirect, timeout, connection, tls, "
+    "protocol, egress_refused, invalid_url, no_secret, error).",
     ["outcome"],
 )
 FAILED_DELIVERIES = Counter(

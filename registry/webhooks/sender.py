@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import ssl
 import time
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from registry.webhooks.client import (
     WebhookConnection,
     open_connection,
 )
+
+logger = logging.getLogger(__name__)
 
 USER_AGENT = "agent-registry-webhooks/1.0"
 RESPONSE_BODY_LIMIT = 2048
@@ -50,7 +53,8 @@ class Message:
 @dataclass(frozen=True)
 class SendResult:
     """How an attempt went: `succeeded` on a 2xx; otherwise `error` says why and `outcome` names it for metrics
-    (`http_status`, `redirect`, `timeout`, `connection`, `tls`, `protocol`, `egress_refused`, `invalid_url`)."""
+    (`http_status`, `redirect`, `timeout`, `connection`, `tls`, `protocol`, `egress_refused`, `invalid_url`,
+    `no_secret`, `error`)."""
 
     started_at: datetime
     latency_ms: int
@@ -158,6 +162,8 @@ class Sender:
         body = b""
         try:
             async with asyncio.timeout(self.timeout):
+                if not message.secret:
+                    raise Refused("no_secret", "the endpoint's signing secret could not be read")
                 destination = Destination.parse(message.url)
                 addresses = await self._checked_addresses(destination)
                 status, body = await self._post(destination, addresses, message, progress)
@@ -179,6 +185,9 @@ class Sender:
             return self._result(started_at, started, None, b"", str(error), "protocol")
         except OSError as error:
             return self._result(started_at, started, None, b"", f"connection failed: {describe(error)}", "connection")
+        except Exception as error:  # a bug here must not lose the attempt: it is recorded as failed, and retried
+            logger.exception("webhook %s: sending failed", message.webhook_id)
+            return self._result(started_at, started, None, b"", f"{type(error).__name__}: {error}", "error")
         return self._judged(started_at, started, status, body)
 
     async def _checked_addresses(self, destination: Destination) -> list[IpAddress]:

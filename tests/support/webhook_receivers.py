@@ -1,17 +1,19 @@
 """A webhook receiver on loopback for tests: a real HTTP server in a thread that checks every request as a client
 would (the reference client's `beta.webhooks.unwrap` with the endpoint's secret) and records what arrived, in
 order. It can be told to answer with any status and body, slowly, to hold requests open until released, to close
-the connection without answering, and to go down and come back on the same port.
+the connection without answering, and to go down and come back on the same port; with a chain, it serves TLS.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -122,8 +124,14 @@ class WebhookReceiver:
     verified requests in arrival order, `rejected` why others were refused (answered 400), `connections` counts
     the connections it accepted."""
 
-    def __init__(self, secret: str, *, host: str = "127.0.0.1", port: int = 0, path: str = "/hook") -> None:
+    def __init__(
+        self, secret: str, *, host: str = "127.0.0.1", port: int = 0, path: str = "/hook", chain: Path | None = None
+    ) -> None:
         self.secret = secret
+        self.tls = None
+        if chain is not None:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.load_cert_chain(chain)
         self.host = host
         self.path = path
         self.arrivals: list[Arrival] = []
@@ -139,7 +147,7 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}{self.path}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}{self.path}"
 
     # -- what it does --------------------------------------------------------------------------------------
     def answer(self, status: int = 200, body: bytes = b"ok", **options: Any) -> WebhookReceiver:
@@ -169,6 +177,8 @@ class WebhookReceiver:
         if self.server is None:
             self.server = ReceiverServer((self.host, self.port), self)
             self.port = self.server.server_address[1]
+            if self.tls is not None:
+                self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True)
             threading.Thread(target=self.server.serve_forever, name=f"receiver-{self.port}", daemon=True).start()
         return self
 

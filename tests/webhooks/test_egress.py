@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.pki import make_pki
 from fakes.waiting import wait_until
 from registry.core.egress import EgressRefused, EgressRules, check_url
 from registry.webhooks.models import WebhookAttempt
@@ -82,3 +83,26 @@ def test_an_address_outside_the_exceptions_is_refused_as_such(workspace, hook, s
     attempt = wait_until(lambda: WebhookAttempt.objects.filter(delivery__endpoint=endpoint).first(), what="a try")
     assert attempt.error == "egress refused: 127.0.0.4 is a loopback address"
     assert receiver.connections == 0
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_endpoints_name(
+    workspace, receivers, start_sender, point_name, tmp_path
+):
+    pki = make_pki(tmp_path)  # a CA and a server certificate for localhost and 127.0.0.1
+    secret = new_signing_secret()
+    trusted = receivers(secret, chain=pki.server_chain)
+    rogue = receivers(secret, chain=pki.rogue_chain)
+    other_name = point_name("127.0.0.1")  # the same address under a name the certificate does not carry
+    good = make_endpoint(workspace, f"https://localhost:{trusted.port}/hook", secret=secret)
+    wrong_name = make_endpoint(workspace, f"https://{other_name}:{trusted.port}/hook", secret=secret)
+    untrusted = make_endpoint(workspace, f"https://localhost:{rogue.port}/hook", secret=secret)
+    start_sender(SSL_CERT_FILE=str(pki.ca_file))
+    [event_id] = emit(workspace)
+
+    wait_until(lambda: status_of(good, event_id) == "succeeded", what="the delivery over TLS")
+    assert trusted.arrivals[0].headers["host"] == f"localhost:{trusted.port}"
+    for endpoint, says in ((wrong_name, "Hostname mismatch"), (untrusted, "self-signed certificate")):
+        attempts = WebhookAttempt.objects.filter(delivery__endpoint=endpoint)
+        attempt = wait_until(attempts.first, what=f"a try to {endpoint.url}")
+        assert attempt.error.startswith("TLS: ") and says in attempt.error, attempt.error
+    assert trusted.ids() == [event_id] and rogue.arrivals == []

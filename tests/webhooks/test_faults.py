@@ -7,12 +7,12 @@ import time
 from collections import Counter
 
 import pytest
-from django.utils import timezone
 
 from fakes.waiting import wait_until
 from registry.webhooks.config import PREFETCH_FACTOR
 from registry.webhooks.models import WebhookAttempt, WebhookDelivery
 from registry.webhooks.sender import RESPONSE_BODY_LIMIT
+from registry.webhooks.services import webhook_delivery_redeliver
 from tests.webhooks.conftest import delivery_of, emit, status_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -133,10 +133,7 @@ def test_a_manual_redelivery_of_a_succeeded_delivery_sends_the_same_message_agai
     [event_id] = emit(workspace)
     wait_until(lambda: status_of(endpoint, event_id) == "succeeded", what="the first delivery")
 
-    # What the API's redelivery does (registry.webhooks.services), with the flag that marks the attempt manual.
-    WebhookDelivery.objects.filter(endpoint=endpoint).update(
-        status="pending", next_attempt_at=timezone.now(), completed_at=None, redelivery_requested=True
-    )
+    webhook_delivery_redeliver(delivery=delivery_of(endpoint, event_id))  # what POST .../redeliver does
     wait_until(lambda: status_of(endpoint, event_id) == "succeeded", what="the redelivery")
     assert receiver.ids() == [event_id, event_id]
     assert receiver.arrivals[0].body == receiver.arrivals[1].body

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from registry.webhooks import deliveries
@@ -31,6 +32,15 @@ CONFIG = DeliveryConfig(
     concurrency=64,
     retention_days=30,
 )
+
+
+@pytest.fixture(autouse=True, params=["postgresql", "portable"])
+def queries(request, monkeypatch) -> str:
+    """Each rule holds for the PostgreSQL statements and for the ORM queries other databases get (SQLite), run
+    here on PostgreSQL by making the connection say it is something else."""
+    if request.param == "portable":
+        monkeypatch.setattr(connections["default"], "vendor", "portable")
+    return str(request.param)
 
 
 @pytest.fixture
@@ -272,3 +282,12 @@ def test_the_schedule_and_backoff_are_jittered_within_their_steps():
     assert CONFIG.retry_delay(4) is None
     with pytest.raises(ValueError, match="LEASE_SECONDS"):
         DeliveryConfig(**{**CONFIG.__dict__, "lease_seconds": 12}).check()
+
+
+def test_an_endpoint_whose_secret_cannot_be_unsealed_is_claimed_with_none(workspace):
+    hook = endpoint(workspace)
+    WebhookEndpoint.objects.filter(pk=hook.pk).update(signing_secret_sealed="k1:bm90IHNlYWxlZA==")
+    emit(workspace)
+    deliveries.dispatch()
+    [claim] = take()
+    assert claim.secret == ""  # the sender records "the endpoint's signing secret could not be read"
